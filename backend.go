@@ -1,0 +1,88 @@
+package fencelock
+
+import (
+	"context"
+	"time"
+)
+
+// Backend is what a store must provide to hold fencelock locks. The Client does everything
+// else: validation, waiting, the watchdog, validity deadlines, reentrancy by owner, cleanup of
+// ambiguous outcomes and observation. Implementations must be safe for concurrent use.
+//
+// A backend keeps, per lock name: the owner, a hold count, and a fencing token that is strictly
+// greater than every token issued before for that name. Each hold carries an ID so that a
+// retried Release of the same hold never decrements twice.
+type Backend interface {
+	// Acquire makes one attempt to take the lock for req.Owner, or to enter it once more when
+	// req.Owner holds it already. It returns a *HeldError when another owner holds it.
+	Acquire(ctx context.Context, req Request) (Grant, error)
+
+	// Renew extends the given leases, as one batch where the store allows it. It returns one
+	// error per lease, in order: nil when renewed, an error matching ErrNotHeld when the lease's
+	// owner no longer holds the lock (the lock is lost), any other error when the outcome is
+	// unknown (the Client tries again until the validity deadline passes).
+	Renew(ctx context.Context, leases []Lease) []error
+
+	// Release ends one hold. It returns the hold count left (0 when the lock is free), an error
+	// matching ErrNotHeld when the owner does not hold the lock, and is a no-op that returns
+	// the current count when this hold was released already.
+	Release(ctx context.Context, lease Lease, hold string) (int, error)
+
+	// Inspect reports the state of a lock without changing it.
+	Inspect(ctx context.Context, name string) (Info, error)
+}
+
+// ReleaseWatcher is implemented by backends that can tell a waiter that a lock was released,
+// so that Obtain wakes at once instead of polling.
+type ReleaseWatcher interface {
+	// WatchRelease returns a channel that receives a value each time the lock may have become
+	// free. It returns only once the subscription is in place, so that a release after it
+	// returns is never missed. stop ends the watch; it is safe to call more than once.
+	WatchRelease(ctx context.Context, name string) (released <-chan struct{}, stop func(), err error)
+}
+
+// Request is one acquisition attempt.
+type Request struct {
+	Name string
+	// Owner identifies the holder. Two requests with the same owner are the same holder: the
+	// second one re-enters the lock.
+	Owner string
+	// Hold identifies this acquisition among the owner's holds.
+	Hold string
+	TTL  time.Duration
+}
+
+// Lease names a held lock for renewal and release.
+type Lease struct {
+	Name  string
+	Owner string
+	TTL   time.Duration
+}
+
+// Grant is what a successful Acquire returns.
+type Grant struct {
+	// Token is the fencing token of the lock. Reentrant acquisitions return the token of the
+	// holder's first acquisition.
+	Token int64
+	// Count is the hold count after this acquisition.
+	Count int
+	// Validity, when positive, is how long after the request was sent the backend vouches for
+	// the lock, when that is less than the TTL (a quorum backend subtracts the time it took).
+	Validity time.Duration
+}
+
+// Info describes a lock as the backend sees it.
+type Info struct {
+	Name string
+	// Held reports whether anyone holds the lock.
+	Held bool
+	// Owner is the holder's owner ID.
+	Owner string
+	// Count is the holder's hold count.
+	Count int
+	// Token is the holder's fencing token, or, when the lock is free, the last token issued if
+	// the backend still knows it.
+	Token int64
+	// Remaining is the holder's remaining time to live.
+	Remaining time.Duration
+}

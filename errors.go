@@ -1,0 +1,82 @@
+package fencelock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The errors of this package, named by concept. Backends wrap them with %w to add detail, so
+// compare with errors.Is, never with ==.
+var (
+	// ErrNotObtained means the lock is held by someone else: TryObtain found it held, or Obtain
+	// gave up waiting. When Obtain gives up because its context ended, the error also matches
+	// the context's error.
+	ErrNotObtained = errors.New("fencelock: not obtained")
+
+	// ErrNotHeld means the caller does not hold the lock: it was released already, expired and
+	// was taken by another holder, or never obtained.
+	ErrNotHeld = errors.New("fencelock: not held")
+
+	// ErrLost means a held lock can no longer be trusted: its key vanished or changed owner, or
+	// its validity deadline passed without a confirmed renewal. The lock's context ends with an
+	// error that matches both ErrLost and context.Canceled.
+	ErrLost = errors.New("fencelock: lock lost")
+
+	// ErrInvalid means an argument or the state of the store is unusable: an empty name, a
+	// non-positive TTL, a nil client, a key that holds data fencelock did not write.
+	ErrInvalid = errors.New("fencelock: invalid argument")
+
+	// ErrUnavailable means the backend could not be reached or refused to act for a reason that
+	// may pass: a network error, a timeout, a read-only replica during a failover.
+	ErrUnavailable = errors.New("fencelock: backend unavailable")
+
+	// ErrClosed means the Client was closed.
+	ErrClosed = errors.New("fencelock: client closed")
+)
+
+// HeldError is returned by a backend's Acquire when another owner holds the lock. It matches
+// ErrNotObtained.
+type HeldError struct {
+	Name string
+	// Remaining is the holder's remaining time to live as the backend reported it, or zero when
+	// the backend cannot tell. A waiter sleeps at most this long before its next attempt.
+	Remaining time.Duration
+}
+
+func (e *HeldError) Error() string {
+	if e.Remaining > 0 {
+		return fmt.Sprintf("fencelock: not obtained: %q is held by another owner for %v more", e.Name, e.Remaining)
+	}
+	return fmt.Sprintf("fencelock: not obtained: %q is held by another owner", e.Name)
+}
+
+// Is reports whether target is ErrNotObtained.
+func (e *HeldError) Is(target error) bool { return target == ErrNotObtained }
+
+// lostError is the error of a lost lock's context: it matches ErrLost and context.Canceled,
+// so that code which only knows about contexts still stops.
+type lostError struct{ reason error }
+
+func (e *lostError) Error() string {
+	if e.reason == nil {
+		return ErrLost.Error()
+	}
+	return "fencelock: lock lost: " + e.reason.Error()
+}
+
+func (e *lostError) Is(target error) bool { return target == ErrLost || target == context.Canceled }
+func (e *lostError) Unwrap() error        { return e.reason }
+
+// releasedError is the error of a released lock's context.
+type releasedError struct{}
+
+func (releasedError) Error() string { return "fencelock: lock released" }
+func (releasedError) Is(target error) bool {
+	return target == context.Canceled || target == ErrNotHeld
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}

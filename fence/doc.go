@@ -1,0 +1,71 @@
+// Package fence is the store side of fencing tokens: guards that accept a
+// write only if it carries a token at least as new as the newest token
+// already accepted for the resource.
+//
+// # Why a guard
+//
+// A distributed lock hands its holder a fencing token, an int64 that is
+// strictly increasing per lock name and never reused. Holding the lock is
+// only advice: a holder can be paused (GC, swapping, a slow network) past
+// its lease, the lock passes to someone else, and the first holder then
+// wakes up and writes, still believing it holds the lock. No check made by
+// the holder before writing can close that window, because the pause can
+// fall between the check and the write.
+//
+// The guarantee therefore has to come from the store that receives the
+// write. Each write carries the writer's token; the store remembers, per
+// resource, the newest token it has accepted and refuses older ones,
+// atomically with the write. The late holder's token is older than the one
+// its successor already used, so its write is refused, whatever the timing.
+//
+// # The rule
+//
+// Tokens are unique per holder: two holders never share one, and a
+// reentrant holder re-uses its own. "Accept only a token strictly greater
+// than the last one seen from another holder" is therefore exactly:
+//
+//	accept iff token >= latest accepted token for the resource
+//	on accept, latest = max(latest, token)  (== token)
+//
+// A refused write returns a *StaleError, which matches ErrStale with
+// errors.Is and reports the resource, the refused token and the latest
+// token. Invalid arguments (an empty resource or key, a token <= 0, a nil
+// database or client) return an error wrapping ErrInvalid.
+//
+// # Guards
+//
+//   - Memory guards state held in this process; Memory.Do runs the write
+//     while holding the resource's guard.
+//   - SQL keeps the latest token per resource in a PostgreSQL table
+//     (default fence_tokens). SQL.Check runs a conditional upsert inside
+//     the caller's transaction, before the caller's own write; SQL.Update
+//     wraps check, write and commit in one transaction.
+//   - Redis keeps a value and its token together in a hash and replaces
+//     them with an atomic Lua script.
+//
+// A guard protects only writes that go through it: every writer of the
+// protected data must use the same guard with the same resource name.
+//
+// # Keeping the token in your own row
+//
+// With SQL you can also skip the token table and keep the token in a
+// column of the row being written, here items.fence (BIGINT NOT NULL
+// DEFAULT 0). Make the fence check part of the write itself and look at
+// the number of rows affected:
+//
+//	res, err := tx.ExecContext(ctx,
+//		`UPDATE items SET stock = $1, fence = $2 WHERE id = $3 AND fence <= $2`,
+//		stock, token, id)
+//	if err != nil {
+//		return err
+//	}
+//	if err := fence.CheckRows(res, "item:"+id, token); err != nil {
+//		return err // errors.Is(err, fence.ErrStale); Latest is 0 (unknown)
+//	}
+//
+// The UPDATE locks the row, and a concurrent UPDATE re-reads the
+// committed fence before applying its WHERE, so a stale writer changes
+// nothing. 0 rows affected means stale, or that the row does not exist:
+// create rows first (with fence 0) or insert them with an INSERT ... ON
+// CONFLICT ... DO UPDATE ... WHERE that applies the same condition.
+package fence

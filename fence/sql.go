@@ -1,0 +1,272 @@
+package fence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// DefaultTable is the token table used by the zero SQL and by NewSQL("").
+const DefaultTable = "fence_tokens"
+
+// Execer is the part of *sql.DB, *sql.Tx and *sql.Conn that the SQL guard
+// uses. Pass the caller's *sql.Tx to Check so that the check and the
+// caller's write commit or roll back together.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+var (
+	_ Execer = (*sql.DB)(nil)
+	_ Execer = (*sql.Tx)(nil)
+	_ Execer = (*sql.Conn)(nil)
+)
+
+// SQL is a fencing guard that keeps the newest accepted token of each
+// resource in a PostgreSQL table:
+//
+//	CREATE TABLE IF NOT EXISTS fence_tokens (
+//		resource TEXT PRIMARY KEY,
+//		token    BIGINT NOT NULL
+//	)
+//
+// The statements use PostgreSQL syntax ($1 placeholders, INSERT ... ON
+// CONFLICT); they also work on databases that speak it, such as
+// CockroachDB, but not on MySQL or SQLite.
+//
+// The zero value uses the table DefaultTable; use NewSQL for another
+// table. A SQL holds no connection and is safe for concurrent use.
+type SQL struct {
+	table string // quoted, validated table name; "" means DefaultTable
+}
+
+// NewSQL returns a guard using the given table, or DefaultTable if table
+// is empty. The name must be an identifier, optionally qualified by a
+// schema ("schema.table"): each part starts with a letter or underscore,
+// continues with letters, digits or underscores and is at most 63 bytes.
+// Anything else (quotes, spaces, semicolons...) gives an error wrapping
+// ErrInvalid, so the name can never inject SQL. Each part is double-quoted
+// in the statements, which makes it case-sensitive: "Tokens" and "tokens"
+// are different tables.
+func NewSQL(table string) (*SQL, error) {
+	if table == "" {
+		return &SQL{}, nil
+	}
+	q, err := quoteTable(table)
+	if err != nil {
+		return nil, err
+	}
+	return &SQL{table: q}, nil
+}
+
+func quoteTable(table string) (string, error) {
+	parts := strings.Split(table, ".")
+	if len(parts) > 2 {
+		return "", fmt.Errorf("%w: table name %q: at most one schema qualifier", ErrInvalid, table)
+	}
+	for i, p := range parts {
+		if !isIdent(p) {
+			return "", fmt.Errorf("%w: table name %q: %q is not an identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)", ErrInvalid, table, p)
+		}
+		parts[i] = `"` + p + `"`
+	}
+	return strings.Join(parts, "."), nil
+}
+
+func isIdent(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Table returns the quoted table name used in the statements.
+func (s *SQL) Table() string {
+	if s.table == "" {
+		return `"` + DefaultTable + `"`
+	}
+	return s.table
+}
+
+func checkExecer(db Execer) error {
+	bad := db == nil
+	switch v := db.(type) {
+	case *sql.DB:
+		bad = v == nil
+	case *sql.Tx:
+		bad = v == nil
+	case *sql.Conn:
+		bad = v == nil
+	}
+	if bad {
+		return fmt.Errorf("%w: nil database handle", ErrInvalid)
+	}
+	return nil
+}
+
+// CreateTable creates the token table if it does not exist.
+func (s *SQL) CreateTable(ctx context.Context, db Execer) error {
+	if err := checkExecer(db); err != nil {
+		return err
+	}
+	_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+s.Table()+` (
+	resource TEXT PRIMARY KEY,
+	token    BIGINT NOT NULL
+)`)
+	if err != nil {
+		return fmt.Errorf("fence: create table %s: %w", s.Table(), err)
+	}
+	return nil
+}
+
+// Check checks token against the newest token recorded for resource and
+// records it, in one statement. Run it inside your transaction, before
+// your own write, and commit both together (or use Update, which does
+// that). It returns nil if token >= the recorded token (or none is
+// recorded), a *StaleError (errors.Is(err, ErrStale)) if token is older,
+// an error wrapping ErrInvalid for an empty resource, a token <= 0 or a
+// nil tx, and the database error otherwise. After a *StaleError the
+// transaction is still usable but should be rolled back.
+//
+// The statement is a conditional upsert:
+//
+//	INSERT INTO fence_tokens AS f (resource, token) VALUES ($1, $2)
+//	ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
+//	WHERE f.token <= EXCLUDED.token
+//
+// and 0 rows affected means stale. Why it is safe under concurrency:
+// whether it inserts, updates or (WHERE false) does neither, the upsert
+// leaves the resource's row locked (or, for a new resource, its
+// uncommitted index entry) until the transaction ends. A concurrent
+// transaction's upsert for the same resource blocks on that lock; under
+// READ COMMITTED it then re-evaluates the WHERE against the newest
+// committed token. So if token 6 checks first, token 5 waits, sees 6
+// once 6 commits, and is refused; if token 5 checks first, token 6 waits
+// until 5 has written and committed, then writes after it. Either way 5
+// can never land after 6. Under REPEATABLE READ or SERIALIZABLE the
+// waiting transaction fails instead with a serialization error (SQLSTATE
+// 40001), which is equally safe but is not ErrStale; retry or treat it as
+// a refusal. The guarantee covers only data written in a transaction
+// that passed Check (or that checks its own fence column, see CheckRows).
+func (s *SQL) Check(ctx context.Context, tx Execer, resource string, token int64) error {
+	if err := validate(resource, token); err != nil {
+		return err
+	}
+	if err := checkExecer(tx); err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO `+s.Table()+` AS f (resource, token) VALUES ($1, $2)
+ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
+WHERE f.token <= EXCLUDED.token`, resource, token)
+	if err != nil {
+		return fmt.Errorf("fence: check token %d for resource %q: %w", token, resource, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("fence: check token %d for resource %q: rows affected: %w", token, resource, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	// Refused. The row is locked by us now, so this reads the token that
+	// refused us.
+	latest, err := s.Latest(ctx, tx, resource)
+	if err != nil {
+		latest = 0 // unknown; the refusal itself stands
+	}
+	return &StaleError{Resource: resource, Token: token, Latest: latest}
+}
+
+// Latest returns the newest token recorded for resource, or 0 if none is.
+func (s *SQL) Latest(ctx context.Context, db Execer, resource string) (int64, error) {
+	if resource == "" {
+		return 0, fmt.Errorf("%w: empty resource", ErrInvalid)
+	}
+	if err := checkExecer(db); err != nil {
+		return 0, err
+	}
+	var latest int64
+	err := db.QueryRowContext(ctx, `SELECT token FROM `+s.Table()+` WHERE resource = $1`, resource).Scan(&latest)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("fence: latest token for resource %q: %w", resource, err)
+	}
+	return latest, nil
+}
+
+// Update runs write in a new transaction on db after Check has accepted
+// token for resource, and commits. If Check refuses the token (a
+// *StaleError), write is not called. If Check, write or the commit fails,
+// the transaction is rolled back, so the token is recorded only if the
+// write is committed, and the error is returned (write's error unchanged).
+// write must use the tx it is given, not db, or its effects escape the
+// guard. A nil db or write gives an error wrapping ErrInvalid.
+func (s *SQL) Update(ctx context.Context, db *sql.DB, resource string, token int64, write func(tx *sql.Tx) error) (err error) {
+	if err := validate(resource, token); err != nil {
+		return err
+	}
+	if db == nil {
+		return fmt.Errorf("%w: nil *sql.DB", ErrInvalid)
+	}
+	if write == nil {
+		return fmt.Errorf("%w: nil write func for resource %q", ErrInvalid, resource)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("fence: begin transaction: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback() // also on panic in write
+		}
+	}()
+	if err := s.Check(ctx, tx, resource, token); err != nil {
+		return err
+	}
+	if err := write(tx); err != nil {
+		return err
+	}
+	committed = true // whatever Commit returns, the tx is over
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("fence: commit token %d for resource %q: %w", token, resource, err)
+	}
+	return nil
+}
+
+// CheckRows turns the result of a fenced UPDATE on the caller's own row
+// into a fencing error: 0 rows affected means the row's fence column
+// already held a newer token (or the row does not exist), and CheckRows
+// returns a *StaleError for resource and token with Latest 0 (unknown),
+// which matches ErrStale. One or more rows affected returns nil. resource
+// and token only label the error. A nil res gives an error wrapping
+// ErrInvalid; an error from RowsAffected is returned wrapped.
+//
+// See the package documentation for the statement to write.
+func CheckRows(res sql.Result, resource string, token int64) error {
+	if res == nil {
+		return fmt.Errorf("%w: nil sql.Result", ErrInvalid)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("fence: rows affected for resource %q: %w", resource, err)
+	}
+	if n == 0 {
+		return &StaleError{Resource: resource, Token: token}
+	}
+	return nil
+}

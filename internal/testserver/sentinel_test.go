@@ -1,0 +1,72 @@
+package testserver
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
+	s := StartSentinel(t)
+	ctx := context.Background()
+
+	cur, err := s.CurrentMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur != s.Master.Addr {
+		t.Fatalf("CurrentMaster = %s, want the initial master %s", cur, s.Master.Addr)
+	}
+	fc := s.ClientT(t)
+	if err := fc.Set(ctx, "before", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two failovers: the second proves the demoted master rejoined as a
+	// usable replica, which tests doing repeated failovers rely on.
+	for i, want := range []string{s.Replica.Addr, s.Master.Addr} {
+		t0 := time.Now()
+		newMaster, err := s.Failover(ctx)
+		t.Logf("failover %d took %v", i+1, time.Since(t0))
+		if err != nil {
+			t.Fatalf("failover %d: %v", i+1, err)
+		}
+		if newMaster != want {
+			t.Fatalf("failover %d: new master %s, want %s", i+1, newMaster, want)
+		}
+		if s.Node(newMaster) == nil {
+			t.Fatalf("Node(%s) = nil", newMaster)
+		}
+		key := fmt.Sprintf("after-%d", i+1)
+		writeEventually(t, ctx, func(ctx context.Context) error {
+			return fc.Set(ctx, key, newMaster, 0).Err()
+		})
+		direct := directClient(t, newMaster)
+		if got, err := direct.Get(ctx, key).Result(); err != nil || got != newMaster {
+			t.Fatalf("GET %s on the new master = %q, %v", key, got, err)
+		}
+		// Data written before the failovers was replicated, not lost.
+		if got, err := direct.Get(ctx, "before").Result(); err != nil || got != "1" {
+			t.Fatalf("GET before on the new master = %q, %v", got, err)
+		}
+	}
+}
+
+// writeEventually retries f: the failover client learns of the new master
+// asynchronously, and until then writes may hit the demoted (READONLY) node.
+func writeEventually(t *testing.T, ctx context.Context, f func(context.Context) error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := withTimeout(ctx, time.Second, f)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("write through the failover client never succeeded: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

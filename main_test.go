@@ -1,0 +1,133 @@
+package fencelock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+// The servers shared by the package's tests. Each test uses lock names of its own.
+var (
+	single *testserver.Redis
+
+	clusterOnce sync.Once
+	cluster     *testserver.Cluster
+	clusterErr  error
+
+	sentinelOnce sync.Once
+	sentinel     *testserver.Sentinel
+	sentinelErr  error
+)
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quietLogger{}) // go-redis reports every Sentinel switch on stderr
+	var err error
+	single, err = testserver.NewRedis()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = single.Close()
+	if cluster != nil {
+		_ = cluster.Close()
+	}
+	if sentinel != nil {
+		_ = sentinel.Close()
+	}
+	if code == 0 {
+		// testserver keeps one OS thread per server process: the parent-death signal that
+		// kills servers with the test binary is tied to the thread that started them.
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/fencelock/fencelock/internal/testserver.spawn.func1.1")); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// deployment is one kind of Redis deployment the tests run against.
+type deployment struct {
+	name   string
+	client func(t *testing.T) redis.UniversalClient
+}
+
+var deployments = []deployment{
+	{"single", func(t *testing.T) redis.UniversalClient { return singleClient(t) }},
+	{"cluster", func(t *testing.T) redis.UniversalClient {
+		clusterOnce.Do(func() { cluster, clusterErr = testserver.NewCluster(3) })
+		if clusterErr != nil {
+			t.Fatal(clusterErr)
+		}
+		c := cluster.Client()
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}},
+	{"sentinel", func(t *testing.T) redis.UniversalClient {
+		sentinelOnce.Do(func() { sentinel, sentinelErr = testserver.NewSentinel() })
+		if sentinelErr != nil {
+			t.Fatal(sentinelErr)
+		}
+		c := sentinel.Client()
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}},
+}
+
+// forEachDeployment runs fn as a subtest against every deployment.
+func forEachDeployment(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
+	for _, d := range deployments {
+		t.Run(d.name, func(t *testing.T) { fn(t, d.client(t)) })
+	}
+}
+
+func singleClient(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: single.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// newLocker returns a Client over rdb that is closed when the test ends.
+func newLocker(t testing.TB, rdb redisbackend.Client, opts ...fencelock.ClientOption) *fencelock.Client {
+	c := fencelock.New(redisbackend.New(rdb), opts...)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// lockName returns a lock name unique to the test.
+func lockName(t testing.TB, suffix ...string) string {
+	return strings.Join(append([]string{t.Name()}, suffix...), ":")
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond until it holds or the bound passes, and fails the test then.
+func waitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", bound, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

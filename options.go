@@ -1,0 +1,122 @@
+package fencelock
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults of the per-call options.
+const (
+	DefaultTTL = 30 * time.Second
+	// MinTTL is the shortest TTL accepted: below it the renewal interval and the drift
+	// allowance leave no room for a renewal to arrive in time.
+	MinTTL = 10 * time.Millisecond
+)
+
+// Option configures one Obtain, TryObtain or Do call, or, given to New through WithDefaults,
+// every call of a Client.
+type Option func(*settings)
+
+// settings are the resolved per-call options. Zero values mean the default.
+type settings struct {
+	ttl         time.Duration
+	owner       string
+	retry       RetryStrategy
+	noWatchdog  bool
+	renewEvery  time.Duration
+	onLost      func(name string, err error)
+	waitTimeout time.Duration
+	hasWait     bool
+}
+
+// WithTTL sets the lock's time to live: how long the store keeps it after the last renewal if
+// the holder goes away. Default: DefaultTTL (30s).
+func WithTTL(ttl time.Duration) Option { return func(s *settings) { s.ttl = ttl } }
+
+// WithOwner makes the acquisition on behalf of an explicit owner ID instead of a random one:
+// acquisitions with the same owner re-enter each other's lock, across goroutines and
+// processes. The ID must be unique to the holder; a shared ID makes two holders one.
+// Default: a fresh 128-bit random owner per acquisition, inherited through lock.Context().
+func WithOwner(owner string) Option { return func(s *settings) { s.owner = owner } }
+
+// WithRetry replaces the wake-on-release wait with polling at the strategy's intervals. Use it
+// for a backend without release notification, or to bound the number of attempts.
+// Default: wait for a release notification or the holder's remaining TTL, whichever is first.
+func WithRetry(r RetryStrategy) Option { return func(s *settings) { s.retry = r } }
+
+// WithWatchdog turns automatic renewal on or off. With it off, the holder extends the lock by
+// hand with Lock.Refresh; the lock's context still ends when its validity runs out.
+// Default: on.
+func WithWatchdog(on bool) Option { return func(s *settings) { s.noWatchdog = !on } }
+
+// WithRenewInterval sets how often the watchdog renews. It must leave room for a retry before
+// the validity deadline: at most half of TTL minus the drift allowance. Default: TTL/3.
+func WithRenewInterval(d time.Duration) Option { return func(s *settings) { s.renewEvery = d } }
+
+// WithOnLost sets a function called once, from the Client's renewal goroutine or the goroutine
+// that noticed, when the lock is lost; err matches ErrLost and says why. It must not block.
+func WithOnLost(fn func(name string, err error)) Option {
+	return func(s *settings) { s.onLost = fn }
+}
+
+// WithWaitTimeout bounds how long Obtain waits for the lock, apart from its context. Zero
+// makes Obtain behave like TryObtain. Default: wait until the context ends.
+func WithWaitTimeout(d time.Duration) Option {
+	return func(s *settings) { s.waitTimeout, s.hasWait = d, true }
+}
+
+// drift is the allowance subtracted from a TTL to get the time the client trusts the lock:
+// clock-rate differences between client and store (1%) and timer granularity (2ms).
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+func (s *settings) validate() error {
+	if s.ttl <= 0 {
+		return invalidf("TTL must be positive, got %v", s.ttl)
+	}
+	if s.ttl < MinTTL {
+		return invalidf("TTL %v is shorter than the minimum %v", s.ttl, MinTTL)
+	}
+	if s.ttl%time.Millisecond != 0 {
+		return invalidf("TTL %v is not a whole number of milliseconds", s.ttl)
+	}
+	if s.renewEvery < 0 {
+		return invalidf("renewal interval must be positive, got %v", s.renewEvery)
+	}
+	if s.renewEvery == 0 {
+		s.renewEvery = s.ttl / 3
+	}
+	if limit := (s.ttl - drift(s.ttl)) / 2; s.renewEvery > limit {
+		return invalidf("renewal interval %v is too long for TTL %v: at most %v leaves room for one retry", s.renewEvery, s.ttl, limit)
+	}
+	if s.waitTimeout < 0 {
+		return invalidf("wait timeout must not be negative, got %v", s.waitTimeout)
+	}
+	return nil
+}
+
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithDefaults sets options applied to every call before the call's own options.
+func WithDefaults(opts ...Option) ClientOption {
+	return func(c *Client) { c.defaults = append(c.defaults, opts...) }
+}
+
+// WithClock replaces the clock that validity deadlines are measured with. Tests use it to skew
+// time; the clock's readings must carry Go's monotonic reading (time.Now does). Default:
+// time.Now.
+func WithClock(now func() time.Time) ClientOption { return func(c *Client) { c.now = now } }
+
+// WithObserver sets a function told of every obtain, wait, renewal, loss and release. It is
+// called synchronously and must not block. Default: none; the library never logs by itself.
+func WithObserver(fn func(Event)) ClientOption { return func(c *Client) { c.observe = fn } }
+
+// WithLogger sends every event to h at debug level (loss at warn level): a convenience over
+// WithObserver.
+func WithLogger(h slog.Handler) ClientOption { return WithObserver(slogObserver(h)) }
+
+// WithCleanupTimeout bounds the cleanup after an ambiguous acquire, and the release attempts
+// of a lock, each run on a fresh context. Default: 2s.
+func WithCleanupTimeout(d time.Duration) ClientOption {
+	return func(c *Client) { c.cleanupTimeout = d }
+}

@@ -1,0 +1,354 @@
+// Package redisbackend keeps fencelock locks in one Redis deployment: a single node, a
+// Sentinel-managed master, or a Cluster.
+//
+// A lock named N is a hash under the key <prefix>{N}: {owner, token, count, h:<hold> per hold},
+// with the lock's TTL. Its fence counter is <prefix>{N}:fence, and releases are announced on
+// the channel <prefix>{N}:released. The braces are a Cluster hash tag, so all three live in one
+// slot and every operation is one script, one round trip.
+//
+// # Fencing tokens
+//
+// A token is max(counter+1, server time in µs). The counter key outlives each acquisition by
+// the fence retention (default 24h) and then expires, so fencing leaves behind at most one
+// small key per lock name used within the retention. After it expires, the server clock
+// carries the order: every earlier token was at most the server time when it was issued plus
+// the handful of acquisitions made within one microsecond. Tokens therefore keep increasing as
+// long as the server's clock does not step back by more than the retention, and across a
+// failover as long as the servers' clocks agree to within the time the failover takes. A
+// failover can still lose the lock itself — replication is asynchronous — which is what
+// WithReplicas narrows and fencing at the store catches.
+//
+// # Guarantees
+//
+// On one Redis deployment the lock is an efficiency lock: a failover that loses the last
+// writes, an eviction, or a restart without persistence can let two holders overlap. Use the
+// fencing token at the store when an overlap costs money; use Redlock or a consensus backend
+// when the lock itself must survive a node loss.
+package redisbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+)
+
+// Client is the part of a go-redis client the backend uses: *redis.Client (a single node, or
+// a Sentinel failover client from redis.NewFailoverClient) and *redis.ClusterClient satisfy
+// it, and so does a wrapper of either.
+type Client interface {
+	redis.Scripter
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+var (
+	_ Client = (*redis.Client)(nil)
+	_ Client = (*redis.ClusterClient)(nil)
+)
+
+// Backend is a fencelock.Backend over one Redis deployment. It is safe for concurrent use.
+type Backend struct {
+	c         Client
+	prefix    string
+	retention time.Duration
+	replicas  int
+	replicaTO time.Duration
+	sharded   bool
+	err       error // set when the configuration is unusable; every call returns it
+
+	retentionArg any // the fence retention in ms, boxed once
+	watch        watchers
+}
+
+var (
+	_ fencelock.Backend        = (*Backend)(nil)
+	_ fencelock.ReleaseWatcher = (*Backend)(nil)
+)
+
+// Option configures a Backend.
+type Option func(*Backend)
+
+// WithPrefix sets the prefix of every key. It must not contain '{' or '}'. Default:
+// "fencelock:".
+func WithPrefix(p string) Option { return func(b *Backend) { b.prefix = p } }
+
+// WithFenceRetention sets how long a lock's fence counter outlives its last acquisition.
+// Longer protects token order against a larger backward step of the server clock; shorter
+// leaves fewer keys behind. Default: 24h.
+func WithFenceRetention(d time.Duration) Option { return func(b *Backend) { b.retention = d } }
+
+// WithReplicas makes every acquisition wait until n replicas acknowledged it (WAIT n timeout).
+// When fewer answer within timeout, the acquisition fails with an error matching
+// fencelock.ErrUnavailable and the lock is released again, so that a failover cannot hand out
+// the same lock, and repeat its fencing token, from a replica that never saw it.
+// Default: 0, no waiting.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(b *Backend) { b.replicas, b.replicaTO = n, timeout }
+}
+
+// WithShardedPubSub chooses SPUBLISH/SSUBSCRIBE (Redis 7 sharded pub/sub) over
+// PUBLISH/SUBSCRIBE for release notifications. Default: on for a *redis.ClusterClient, where a
+// shard channel reaches only the shard of the lock, and off elsewhere, which works on any Redis
+// version.
+func WithShardedPubSub(on bool) Option { return func(b *Backend) { b.sharded = on } }
+
+// New returns a Backend over c. A nil c or an unusable option gives a Backend whose every call
+// fails with an error matching fencelock.ErrInvalid.
+func New(c Client, opts ...Option) *Backend {
+	b := &Backend{c: c, prefix: "fencelock:", retention: 24 * time.Hour, replicaTO: 100 * time.Millisecond}
+	if _, ok := c.(*redis.ClusterClient); ok {
+		b.sharded = true
+	}
+	for _, o := range opts {
+		o(b)
+	}
+	switch {
+	case c == nil || isNilPointer(c):
+		b.err = fmt.Errorf("%w: nil redis client", fencelock.ErrInvalid)
+	case strings.ContainsAny(b.prefix, "{}"):
+		b.err = fmt.Errorf("%w: key prefix %q contains a brace, which would break the hash tag", fencelock.ErrInvalid, b.prefix)
+	case b.retention <= 0:
+		b.err = fmt.Errorf("%w: fence retention must be positive, got %v", fencelock.ErrInvalid, b.retention)
+	case b.replicas < 0 || (b.replicas > 0 && b.replicaTO <= 0):
+		b.err = fmt.Errorf("%w: replicas %d with timeout %v", fencelock.ErrInvalid, b.replicas, b.replicaTO)
+	}
+	b.retentionArg = b.retention.Milliseconds()
+	b.watch.b = b
+	return b
+}
+
+func isNilPointer(c Client) bool {
+	switch v := c.(type) {
+	case *redis.Client:
+		return v == nil
+	case *redis.ClusterClient:
+		return v == nil
+	}
+	return false
+}
+
+// Key returns the key of the lock name.
+func (b *Backend) Key(name string) string { return b.prefix + "{" + name + "}" }
+
+func (b *Backend) fenceKey(name string) string   { return b.Key(name) + ":fence" }
+func (b *Backend) channelKey(name string) string { return b.Key(name) + ":released" }
+
+// Acquire implements fencelock.Backend.
+func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+	if b.err != nil {
+		return fencelock.Grant{}, b.err
+	}
+	lockKey := b.Key(req.Name)
+	keys := []string{lockKey, lockKey + ":fence"}
+	args := []any{req.Owner, req.Hold, req.TTL.Milliseconds(), b.retentionArg}
+	var res []int64
+	var err error
+	acked := -1
+	if b.replicas > 0 {
+		res, acked, err = b.acquireReplicated(ctx, keys, args)
+	} else {
+		res, err = acquireScript.Run(ctx, b.c, keys, args...).Int64Slice()
+	}
+	if err != nil {
+		return fencelock.Grant{}, classify(err)
+	}
+	if len(res) < 2 {
+		return fencelock.Grant{}, fmt.Errorf("%w: unexpected acquire reply %v", fencelock.ErrUnavailable, res)
+	}
+	if res[0] == 0 {
+		return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Remaining: time.Duration(res[1]) * time.Millisecond}
+	}
+	if acked >= 0 && acked < b.replicas {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_, _ = b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
+		return fencelock.Grant{}, fmt.Errorf("%w: only %d of %d replicas acknowledged the lock within %v", fencelock.ErrUnavailable, acked, b.replicas, b.replicaTO)
+	}
+	return fencelock.Grant{Token: res[1], Count: int(res[2])}, nil
+}
+
+// acquireReplicated runs the acquire script and WAIT on one connection, in one round trip:
+// WAIT counts the replicas that have the writes of its own connection.
+func (b *Backend) acquireReplicated(ctx context.Context, keys []string, args []any) ([]int64, int, error) {
+	var node interface {
+		Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+		ScriptLoad(ctx context.Context, script string) *redis.StringCmd
+	} = b.c
+	if cc, ok := b.c.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		node = m
+	}
+	for attempt := 0; ; attempt++ {
+		var eval *redis.Cmd
+		var wait *redis.Cmd
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			eval = p.EvalSha(ctx, acquireScript.Hash(), keys, args...)
+			wait = p.Do(ctx, "WAIT", b.replicas, b.replicaTO.Milliseconds())
+			return nil
+		})
+		if err := eval.Err(); err != nil {
+			if attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				if err := node.ScriptLoad(ctx, acquireSrc).Err(); err != nil {
+					return nil, 0, err
+				}
+				continue
+			}
+			return nil, 0, err
+		}
+		res, err := eval.Int64Slice()
+		if err != nil {
+			return nil, 0, err
+		}
+		n, err := wait.Int64()
+		if err != nil {
+			n = 0
+		}
+		return res, int(n), nil
+	}
+}
+
+// Renew implements fencelock.Backend. The leases go out as one pipeline, which the Cluster
+// client splits into one round trip per node.
+func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []error {
+	errs := make([]error, len(leases))
+	if b.err != nil {
+		for i := range errs {
+			errs[i] = b.err
+		}
+		return errs
+	}
+	if len(leases) == 1 {
+		l := leases[0]
+		errs[0] = renewResult(l.Name, renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, l.TTL.Milliseconds()))
+		return errs
+	}
+	cmds := make([]*redis.Cmd, len(leases))
+	_, _ = b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, l := range leases {
+			cmds[i] = renewScript.EvalSha(ctx, p, []string{b.Key(l.Name)}, l.Owner, l.TTL.Milliseconds())
+		}
+		return nil
+	})
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			l := leases[i]
+			cmd = renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, l.TTL.Milliseconds())
+		}
+		errs[i] = renewResult(leases[i].Name, cmd)
+	}
+	return errs
+}
+
+func renewResult(name string, cmd *redis.Cmd) error {
+	n, err := cmd.Int64()
+	switch {
+	case err != nil:
+		return classify(err)
+	case n == 0:
+		return fmt.Errorf("%w: %q is no longer held by this owner in Redis", fencelock.ErrNotHeld, name)
+	}
+	return nil
+}
+
+// Release implements fencelock.Backend.
+func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	lockKey := b.Key(lease.Name)
+	publish := "PUBLISH"
+	if b.sharded {
+		publish = "SPUBLISH"
+	}
+	n, err := releaseScript.Run(ctx, b.c, []string{lockKey}, lease.Owner, hold, lockKey+":released", publish).Int64()
+	switch {
+	case err != nil:
+		return 0, classify(err)
+	case n < 0:
+		return 0, fmt.Errorf("%w: %q is not held by this owner in Redis", fencelock.ErrNotHeld, lease.Name)
+	}
+	return int(n), nil
+}
+
+// Inspect implements fencelock.Backend.
+func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, error) {
+	if b.err != nil {
+		return fencelock.Info{}, b.err
+	}
+	v, err := inspectScript.Run(ctx, b.c, []string{b.Key(name), b.fenceKey(name)}).Slice()
+	if err != nil {
+		return fencelock.Info{}, classify(err)
+	}
+	info := fencelock.Info{Name: name}
+	if len(v) < 5 {
+		return info, fmt.Errorf("%w: unexpected inspect reply %v", fencelock.ErrUnavailable, v)
+	}
+	owner, _ := v[0].(string)
+	count, _ := v[1].(int64)
+	token, _ := v[2].(int64)
+	pttl, _ := v[3].(int64)
+	info.Held = owner != ""
+	info.Owner, info.Count, info.Token = owner, int(count), token
+	if pttl > 0 {
+		info.Remaining = time.Duration(pttl) * time.Millisecond
+	}
+	if !info.Held {
+		if s, ok := v[4].(string); ok {
+			info.Token, _ = strconv.ParseInt(s, 10, 64)
+		}
+	}
+	return info, nil
+}
+
+// Close ends the release subscriptions still open. Waiters end theirs when they stop waiting,
+// so Close is only needed when a Backend is dropped while Obtain calls are still waiting.
+func (b *Backend) Close() error {
+	b.watch.closeAll()
+	return nil
+}
+
+// transient are the Redis error replies that may pass: a failover, a reshard, a restart.
+var transient = []string{"READONLY", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "MOVED", "ASK", "BUSY", "NOREPLICAS"}
+
+// classify wraps err with the fencelock error that says what to do about it.
+func classify(err error) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) && !errors.Is(err, redis.Nil) {
+		msg := rerr.Error()
+		for _, p := range transient {
+			if strings.HasPrefix(msg, p) {
+				if p == "READONLY" {
+					return fmt.Errorf("%w: the server is a read-only replica: %w", fencelock.ErrUnavailable, err)
+				}
+				return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
+			}
+		}
+		if strings.Contains(msg, "WRONGTYPE") {
+			return fmt.Errorf("%w: the lock's key holds another Redis type: %w", fencelock.ErrInvalid, err)
+		}
+		if strings.Contains(msg, "FENCELOCK") {
+			return fmt.Errorf("%w: %w", fencelock.ErrInvalid, err)
+		}
+		return fmt.Errorf("%w: Redis refused: %w", fencelock.ErrInvalid, err)
+	}
+	return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
+}
+
+// watchers is the release-notification side; see notify.go.
+type watchers struct {
+	b      *Backend
+	mu     sync.Mutex
+	shards map[int]*shard
+}
