@@ -99,7 +99,7 @@ func TestWaitTimeout(t *testing.T) {
 func TestObtainWakesOnRelease(t *testing.T) {
 	forEachDeployment(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := ctxTimeout(t, 20*time.Second)
-		holder, waiter := newLocker(t, rdb), newLocker(t, rdb, fencelock.WithObserver(func(e fencelock.Event) { t.Log(e) }))
+		holder, waiter := newLocker(t, rdb), newLocker(t, rdb)
 		name := lockName(t)
 		lock, err := holder.Obtain(ctx, name, fencelock.WithTTL(30*time.Second))
 		if err != nil {

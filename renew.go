@@ -100,6 +100,7 @@ func (s *scheduler) tick() time.Duration {
 	now := s.c.now()
 	sleep := time.Hour
 	var expired, due []*holdState
+	anyDue := false
 	s.mu.Lock()
 	for st := range s.entries {
 		st.mu.Lock()
@@ -113,13 +114,26 @@ func (s *scheduler) tick() time.Duration {
 		if !st.watchdog || st.renewQueued {
 			continue
 		}
-		// Renew a little early to batch locks that fall due close together.
-		if renewAt.Sub(now) <= every/4 {
-			st.renewQueued = true
+		// A lock falls due an eighth of an interval before its renewal time. When one does,
+		// every lock due within half an interval goes in the same batch: renewed together they
+		// stay together, so a client's renewals settle into a few batches per interval
+		// however many locks it holds.
+		left := renewAt.Sub(now)
+		if left <= every/2 {
 			due = append(due, st)
-		} else {
-			sleep = min(sleep, renewAt.Sub(now)-every/4)
 		}
+		if left <= every/8 {
+			anyDue = true
+		} else {
+			sleep = min(sleep, left-every/8)
+		}
+	}
+	if anyDue {
+		for _, st := range due {
+			st.renewQueued = true
+		}
+	} else {
+		due = nil
 	}
 	s.mu.Unlock()
 	for _, st := range expired {

@@ -75,7 +75,7 @@ func NewCluster(masters int) (*Cluster, error) {
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+	if out, err := runSpawned(exec.CommandContext(ctx, cli, args...)); err != nil {
 		return nil, fmt.Errorf("testserver: redis-cli --cluster create: %v\n%s", err, out)
 	}
 	if err := c.waitReady(ctx); err != nil {

@@ -181,8 +181,8 @@ func initdb(binDir, data, logDir string, cred *syscall.Credential) error {
 	)
 	// The caller's working directory may not be readable by user postgres.
 	cmd.Dir = data
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred}
-	out, err := cmd.CombinedOutput()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	out, err := runSpawned(cmd)
 	if err != nil {
 		_ = os.WriteFile(filepath.Join(logDir, "initdb.log"), out, 0o644)
 		return fmt.Errorf("testserver: initdb: %v\n%s", err, out)

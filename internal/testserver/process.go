@@ -91,6 +91,23 @@ func spawn(cmd *exec.Cmd) error {
 	return <-r.done
 }
 
+// runSpawned runs a short-lived command through the spawner and returns its
+// combined output, so it too dies with the test binary.
+func runSpawned(cmd *exec.Cmd) ([]byte, error) {
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if err := spawn(cmd); err != nil {
+		return nil, err
+	}
+	err := cmd.Wait()
+	return out.Bytes(), err
+}
+
 // process is one restartable server process.
 type process struct {
 	name    string // for error messages, e.g. "redis-server 127.0.0.1:6379"

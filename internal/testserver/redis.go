@@ -22,7 +22,7 @@ import (
 type Redis struct {
 	Addr string // "127.0.0.1:port"
 	Port int
-	Dir  string // working directory: data files, redis.log
+	Dir  string // working directory: data files and the server log
 
 	proc *process
 
@@ -125,6 +125,9 @@ func tryStartRedis(bin, dir string, leading []string, spec redisSpec) (r *Redis,
 	}
 	if spec.busPort {
 		bus, err := FreePort()
+		for err == nil && bus == port {
+			bus, err = FreePort()
+		}
 		if err != nil {
 			return nil, false, err
 		}

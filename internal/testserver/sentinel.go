@@ -26,11 +26,16 @@ const (
 )
 
 // Sentinel is a master, a replica and one Redis Sentinel monitoring them.
-// One sentinel with quorum 1 suffices because tests force failovers with
-// SENTINEL FAILOVER, which needs no agreement between sentinels.
+// One sentinel with quorum 1 is enough: a forced failover (SENTINEL FAILOVER)
+// needs no agreement, and after a crash the lone sentinel is its own majority,
+// so automatic failover works too (down-after-milliseconds is 1000).
 type Sentinel struct {
-	MasterName      string
-	Master, Replica *Redis // initial roles; they swap on failover
+	MasterName string
+	// Master and Replica are the initial roles; they swap on failover (use
+	// CurrentMaster and Node). Restart replays a node's initial arguments, so
+	// a restarted initial replica points at the initial master again until
+	// the sentinel reconfigures it.
+	Master, Replica *Redis
 	Sentinels       []*Redis
 	SentinelAddrs   []string
 }

@@ -70,3 +70,31 @@ func writeEventually(t *testing.T, ctx context.Context, f func(context.Context) 
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestSentinelFailoverAfterMasterKilled covers the crash case: the old master
+// cannot be demoted, and Failover must not wait for it.
+func TestSentinelFailoverAfterMasterKilled(t *testing.T) {
+	t.Parallel()
+	s := StartSentinel(t)
+	ctx := context.Background()
+	fc := s.ClientT(t)
+	if err := fc.Set(ctx, "before", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Master.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	newMaster, err := s.Failover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newMaster != s.Replica.Addr {
+		t.Fatalf("new master %s, want %s", newMaster, s.Replica.Addr)
+	}
+	writeEventually(t, ctx, func(ctx context.Context) error {
+		return fc.Set(ctx, "after", "1", 0).Err()
+	})
+	if got, err := directClient(t, newMaster).Get(ctx, "before").Result(); err != nil || got != "1" {
+		t.Fatalf("GET before on the new master = %q, %v", got, err)
+	}
+}

@@ -1,0 +1,94 @@
+package fencelock_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+// lostReplies wraps a real client: scripts run on the server, but while drop is above zero the
+// reply is replaced with a timeout, as when a connection dies after the request went out.
+type lostReplies struct {
+	*redis.Client
+	drop atomic.Int32
+}
+
+func (c *lostReplies) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return c.lose(c.Client.EvalSha(ctx, sha, keys, args...))
+}
+
+func (c *lostReplies) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	return c.lose(c.Client.Eval(ctx, src, keys, args...))
+}
+
+func (c *lostReplies) lose(cmd *redis.Cmd) *redis.Cmd {
+	if cmd.Err() == nil && c.drop.Add(-1) >= 0 {
+		cmd.SetErr(context.DeadlineExceeded)
+	}
+	return cmd
+}
+
+// An acquire whose reply is lost may have taken the lock: the client releases that hold with
+// the same owner and hold ID, so no orphan lock waits out its TTL.
+func TestAmbiguousAcquireIsCleanedUp(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := singleClient(t)
+	faulty := &lostReplies{Client: rdb}
+	b := redisbackend.New(faulty)
+	c := fencelock.New(b)
+	defer c.Close()
+	name := lockName(t)
+
+	faulty.drop.Store(1)
+	_, err := c.TryObtain(ctx, name, fencelock.WithTTL(time.Minute))
+	if err == nil {
+		t.Fatal("TryObtain succeeded though its reply was lost")
+	}
+	if rdb.Exists(ctx, b.Key(name)+":fence").Val() == 0 {
+		t.Fatal("the acquire never reached Redis; the test proves nothing")
+	}
+	if n := rdb.Exists(ctx, b.Key(name)).Val(); n != 0 {
+		t.Fatalf("the lock taken by the lost acquire was left behind (TTL %v)", rdb.PTTL(ctx, b.Key(name)).Val())
+	}
+}
+
+// A release whose reply is lost is retried with the same hold ID; a reentrant count is
+// decremented once.
+func TestAmbiguousReleaseDecrementsOnce(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := singleClient(t)
+	faulty := &lostReplies{Client: rdb}
+	b := redisbackend.New(faulty)
+	c := fencelock.New(b)
+	defer c.Close()
+	name := lockName(t)
+
+	outer, err := c.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := c.Obtain(outer.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	faulty.drop.Store(1)
+	if err := inner.Release(ctx); err != nil {
+		t.Fatalf("inner release with a lost reply: %v", err)
+	}
+	if n, _ := rdb.HGet(ctx, b.Key(name), "count").Int(); n != 1 {
+		t.Fatalf("hold count %d after one release of two holds, want 1", n)
+	}
+	faulty.drop.Store(1)
+	if err := outer.Release(ctx); err != nil {
+		t.Fatalf("last release with a lost reply: %v", err)
+	}
+	if rdb.Exists(ctx, b.Key(name)).Val() != 0 {
+		t.Fatal("lock left after its last release")
+	}
+}
