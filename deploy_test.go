@@ -22,7 +22,10 @@ func TestKeysShareSlot(t *testing.T) {
 		rdb := d.client(t)
 		ctx := ctxTimeout(t, 10*time.Second)
 		b := redisbackend.New(rdb.(*redis.ClusterClient), redisbackend.WithPrefix("app:"))
-		for _, name := range []string{"order:10086", "a}b", "{x}", "}"} {
+		if _, err := b.Acquire(ctx, fencelock.Request{Name: "}x", Owner: "o", Hold: "h", TTL: time.Second}); !errors.Is(err, fencelock.ErrInvalid) {
+			t.Errorf("a name starting with '}' empties the hash tag; got %v, want ErrInvalid", err)
+		}
+		for _, name := range []string{"order:10086", "a}b", "{x}", "x{y}z", "{"} {
 			key := b.Key(name)
 			want := rdb.ClusterKeySlot(ctx, key).Val()
 			for _, k := range []string{key + ":fence", key + ":released"} {

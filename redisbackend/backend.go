@@ -142,10 +142,24 @@ func (b *Backend) Key(name string) string { return b.prefix + "{" + name + "}" }
 func (b *Backend) fenceKey(name string) string   { return b.Key(name) + ":fence" }
 func (b *Backend) channelKey(name string) string { return b.Key(name) + ":released" }
 
+// usable reports why name cannot be locked. A name that starts with '}' would make the hash tag
+// of its keys empty, and Redis Cluster would then hash each key whole, into different slots.
+func (b *Backend) usable(name string) error {
+	switch {
+	case b.err != nil:
+		return b.err
+	case name == "":
+		return fmt.Errorf("%w: empty lock name", fencelock.ErrInvalid)
+	case name[0] == '}':
+		return fmt.Errorf("%w: lock name %q starts with '}', which would empty its Cluster hash tag", fencelock.ErrInvalid, name)
+	}
+	return nil
+}
+
 // Acquire implements fencelock.Backend.
 func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
-	if b.err != nil {
-		return fencelock.Grant{}, b.err
+	if err := b.usable(req.Name); err != nil {
+		return fencelock.Grant{}, err
 	}
 	lockKey := b.Key(req.Name)
 	keys := []string{lockKey, lockKey + ":fence"}
@@ -229,19 +243,32 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []error {
 		}
 		return errs
 	}
+	for i, l := range leases {
+		if err := b.usable(l.Name); err != nil {
+			errs[i] = err
+		}
+	}
 	if len(leases) == 1 {
 		l := leases[0]
+		if errs[0] != nil {
+			return errs
+		}
 		errs[0] = renewResult(l.Name, renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, l.TTL.Milliseconds()))
 		return errs
 	}
 	cmds := make([]*redis.Cmd, len(leases))
 	_, _ = b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, l := range leases {
-			cmds[i] = renewScript.EvalSha(ctx, p, []string{b.Key(l.Name)}, l.Owner, l.TTL.Milliseconds())
+			if errs[i] == nil {
+				cmds[i] = renewScript.EvalSha(ctx, p, []string{b.Key(l.Name)}, l.Owner, l.TTL.Milliseconds())
+			}
 		}
 		return nil
 	})
 	for i, cmd := range cmds {
+		if cmd == nil {
+			continue
+		}
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			l := leases[i]
 			cmd = renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, l.TTL.Milliseconds())
@@ -264,8 +291,8 @@ func renewResult(name string, cmd *redis.Cmd) error {
 
 // Release implements fencelock.Backend.
 func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
-	if b.err != nil {
-		return 0, b.err
+	if err := b.usable(lease.Name); err != nil {
+		return 0, err
 	}
 	lockKey := b.Key(lease.Name)
 	publish := "PUBLISH"
@@ -284,8 +311,8 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 
 // Inspect implements fencelock.Backend.
 func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, error) {
-	if b.err != nil {
-		return fencelock.Info{}, b.err
+	if err := b.usable(name); err != nil {
+		return fencelock.Info{}, err
 	}
 	v, err := inspectScript.Run(ctx, b.c, []string{b.Key(name), b.fenceKey(name)}).Slice()
 	if err != nil {

@@ -35,8 +35,8 @@ const subscribeTimeout = 2 * time.Second
 
 // WatchRelease implements fencelock.ReleaseWatcher.
 func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	if b.err != nil {
-		return nil, nil, b.err
+	if err := b.usable(name); err != nil {
+		return nil, nil, err
 	}
 	return b.watch.add(ctx, b.channelKey(name))
 }
