@@ -158,9 +158,14 @@ func (c *Client) settings(opts []Option) settings {
 	return s
 }
 
-// attempt makes one acquisition. vctx carries the values the lock's context inherits.
-func (c *Client) attempt(ctx, vctx context.Context, name, owner string, s *settings) (*Lock, error) {
-	hold := c.holdPrefix + strconv.FormatUint(c.holdSeq.Add(1), 36)
+// attempt makes one acquisition. vctx carries the values the lock's context inherits. fresh
+// says the owner ID was made for this acquisition alone: its only hold needs no ID of its own.
+func (c *Client) attempt(ctx, vctx context.Context, name, owner string, fresh bool, s *settings) (*Lock, error) {
+	hold := ""
+	if !fresh {
+		var buf [32]byte
+		hold = string(strconv.AppendUint(append(buf[:0], c.holdPrefix...), c.holdSeq.Add(1), 36))
+	}
 	sent := c.now()
 	g, err := c.b.Acquire(ctx, Request{Name: name, Owner: owner, Hold: hold, TTL: s.ttl})
 	if err != nil {
@@ -242,11 +247,13 @@ func (c *Client) emit(e Event) {
 	}
 }
 
-// randomID returns n random bytes from crypto/rand, base64url encoded.
+// randomID returns n ≤ 16 random bytes from crypto/rand, base64url encoded.
 func randomID(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // never fails on supported platforms
-	return base64.RawURLEncoding.EncodeToString(b)
+	var b [16]byte
+	var out [24]byte
+	_, _ = rand.Read(b[:n]) // never fails on supported platforms
+	base64.RawURLEncoding.Encode(out[:], b[:n])
+	return string(out[:base64.RawURLEncoding.EncodedLen(n)])
 }
 
 // newOwner returns a fresh 128-bit owner ID.

@@ -16,26 +16,32 @@ import (
 type lockContext struct {
 	parent context.Context
 	st     *holdState
-	done   chan struct{}
-	mu     sync.Mutex // guards err
+	mu     sync.Mutex    // guards done and err
+	done   chan struct{} // made on first use: most holders never call Done
 	err    error
 }
 
-// heldKey is the context value key under which a lock context answers with its hold state, so
-// that a nested Obtain on the same Client and name re-enters the lock.
-type heldKey struct {
-	c    *Client
-	name string
-}
+// lockContextKey is the context value key under which a lock context answers with itself, so
+// that a nested Obtain on the same Client and name re-enters the lock. It is zero-sized, so
+// looking it up allocates nothing.
+type lockContextKey struct{}
 
 func newLockContext(parent context.Context, st *holdState) *lockContext {
-	return &lockContext{parent: parent, st: st, done: make(chan struct{})}
+	return &lockContext{parent: parent, st: st}
 }
 
 func (c *lockContext) Deadline() (time.Time, bool) { return time.Time{}, false }
 
 func (c *lockContext) Done() <-chan struct{} {
 	c.poll()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err != nil {
+			close(c.done)
+		}
+	}
 	return c.done
 }
 
@@ -47,8 +53,8 @@ func (c *lockContext) Err() error {
 }
 
 func (c *lockContext) Value(key any) any {
-	if k, ok := key.(heldKey); ok && k.c == c.st.c && k.name == c.st.name {
-		return c.st
+	if _, ok := key.(lockContextKey); ok {
+		return c
 	}
 	return c.parent.Value(key)
 }
@@ -57,9 +63,10 @@ func (c *lockContext) String() string { return "fencelock.Lock(" + c.st.name + "
 
 // poll ends the lock if its validity deadline has passed.
 func (c *lockContext) poll() {
-	select {
-	case <-c.done:
-	default:
+	c.mu.Lock()
+	over := c.err != nil
+	c.mu.Unlock()
+	if !over {
 		_ = c.st.valid()
 	}
 }
@@ -71,11 +78,20 @@ func (c *lockContext) cancel(err error) {
 		return
 	}
 	c.err = err
-	close(c.done)
+	if c.done != nil {
+		close(c.done)
+	}
 }
 
-// heldState returns the live hold state of name on c that ctx carries, if any.
+// heldState returns the hold state of the lock name on c that ctx carries, if any: ctx is, or
+// derives from, the context of such a lock.
 func heldState(ctx context.Context, c *Client, name string) *holdState {
-	st, _ := ctx.Value(heldKey{c, name}).(*holdState)
-	return st
+	for v := ctx.Value(lockContextKey{}); v != nil; {
+		lc := v.(*lockContext)
+		if lc.st.c == c && lc.st.name == name {
+			return lc.st
+		}
+		v = lc.parent.Value(lockContextKey{})
+	}
+	return nil
 }

@@ -23,7 +23,7 @@ type holdState struct {
 	deadline    time.Time // validity deadline on the Client's clock
 	renewAt     time.Time // when the watchdog renews next
 	refs        int       // handles not yet released
-	handles     map[*lockContext]struct{}
+	handles     []*lockContext
 	err         error // set once: lostError or releasedError; the state is over
 }
 
@@ -47,10 +47,7 @@ func (st *holdState) attach(ctx *lockContext) bool {
 	if st.err != nil {
 		return false
 	}
-	if st.handles == nil {
-		st.handles = make(map[*lockContext]struct{}, 1)
-	}
-	st.handles[ctx] = struct{}{}
+	st.handles = append(st.handles, ctx)
 	return true
 }
 
@@ -102,10 +99,8 @@ func (st *holdState) end(err error, lost bool) {
 		return
 	}
 	st.err = err
-	handles := make([]*lockContext, 0, len(st.handles))
-	for h := range st.handles {
-		handles = append(handles, h)
-	}
+	handles := st.handles
+	st.handles = nil
 	st.mu.Unlock()
 	st.c.forget(st)
 	st.c.sched.remove(st)
@@ -124,7 +119,12 @@ func (st *holdState) end(err error, lost bool) {
 // renewal in flight has finished, so that no renewal runs after the lock is released.
 func (st *holdState) drop(ctx *lockContext) (last bool) {
 	st.mu.Lock()
-	delete(st.handles, ctx)
+	for i, h := range st.handles {
+		if h == ctx {
+			st.handles = append(st.handles[:i], st.handles[i+1:]...)
+			break
+		}
+	}
 	st.refs--
 	last = st.refs <= 0
 	st.mu.Unlock()

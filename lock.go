@@ -150,9 +150,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	lease := Lease{Name: st.name, Owner: st.owner, TTL: l.ttl}
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, l.c.cleanupTimeout)
-		_, err = l.c.b.Release(actx, lease, l.hold)
-		cancel()
+		_, err = l.c.b.Release(ctx, lease, l.hold)
 		if err == nil || errors.Is(err, ErrInvalid) || ctx.Err() != nil {
 			break
 		}

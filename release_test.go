@@ -80,11 +80,14 @@ func TestRetriedReleaseDoesNotDecrementTwice(t *testing.T) {
 	b := redisbackend.New(rdb)
 	name := lockName(t)
 	req := fencelock.Request{Name: name, Owner: "owner-1", TTL: 10 * time.Second}
-	for _, hold := range []string{"h1", "h2"} {
+	for _, hold := range []string{"h1", "h2", "h2"} { // h2 twice: a retried acquire
 		req.Hold = hold
 		if _, err := b.Acquire(ctx, req); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if n, _ := rdb.HGet(ctx, b.Key(name), "count").Int(); n != 2 {
+		t.Fatalf("count %d after two holds, one acquired twice; want 2", n)
 	}
 	lease := fencelock.Lease{Name: name, Owner: "owner-1", TTL: 10 * time.Second}
 	for i := 0; i < 3; i++ {

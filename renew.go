@@ -16,6 +16,7 @@ type scheduler struct {
 	entries map[*holdState]struct{}
 	running bool
 	closed  bool
+	wakeAt  time.Time // when the loop plans to wake next
 	wake    chan struct{}
 	stop    chan struct{}
 	base    context.Context // ends on close, aborting renewals in flight
@@ -46,8 +47,20 @@ func (s *scheduler) add(st *holdState) {
 		s.running = true
 		s.wg.Add(1)
 		go s.loop()
+		return
 	}
-	s.poke()
+	// Wake the loop only when the new lock needs it sooner than planned: a goroutine wake-up
+	// per Obtain would cost more than the Obtain itself.
+	st.mu.Lock()
+	first := st.renewAt.Add(-st.every / 8)
+	if !st.watchdog || st.deadline.Before(first) {
+		first = st.deadline
+	}
+	st.mu.Unlock()
+	if first.Before(s.wakeAt) {
+		s.wakeAt = first
+		s.poke()
+	}
 }
 
 func (s *scheduler) remove(st *holdState) {
@@ -84,6 +97,9 @@ func (s *scheduler) loop() {
 	defer timer.Stop()
 	for {
 		next := s.tick()
+		s.mu.Lock()
+		s.wakeAt = s.c.now().Add(next)
+		s.mu.Unlock()
 		timer.Reset(next)
 		select {
 		case <-timer.C:

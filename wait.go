@@ -29,12 +29,12 @@ func (c *Client) obtain(ctx context.Context, name string, wait bool, opts []Opti
 		return nil, errors.Join(ErrNotObtained, err)
 	}
 	start := c.now()
-	owner := s.owner
+	owner, fresh := s.owner, false
 	if owner == "" {
 		if st := heldState(ctx, c, name); st != nil {
 			owner = st.owner
 		} else {
-			owner = newOwner()
+			owner, fresh = newOwner(), true
 		}
 	}
 	vctx := ctx
@@ -48,7 +48,7 @@ func (c *Client) obtain(ctx context.Context, name string, wait bool, opts []Opti
 		}
 	}
 
-	lock, err := c.attempt(ctx, vctx, name, owner, &s)
+	lock, err := c.attempt(ctx, vctx, name, owner, fresh, &s)
 	if err == nil || !wait || !retryable(err) {
 		return c.obtained(name, start, lock, err)
 	}
@@ -61,7 +61,7 @@ func (c *Client) obtain(ctx context.Context, name string, wait bool, opts []Opti
 		if werr == nil {
 			defer stop()
 			released = ch
-			lock, err = c.attempt(ctx, vctx, name, owner, &s)
+			lock, err = c.attempt(ctx, vctx, name, owner, fresh, &s)
 			if err == nil || !retryable(err) {
 				return c.obtained(name, start, lock, err)
 			}
@@ -96,7 +96,7 @@ func (c *Client) obtain(ctx context.Context, name string, wait bool, opts []Opti
 			return c.obtained(name, start, nil, err)
 		}
 		c.emit(Event{Kind: EventWaited, Name: name, Duration: c.now().Sub(slept)})
-		lock, err = c.attempt(ctx, vctx, name, owner, &s)
+		lock, err = c.attempt(ctx, vctx, name, owner, fresh, &s)
 		if err == nil || !retryable(err) {
 			return c.obtained(name, start, lock, err)
 		}

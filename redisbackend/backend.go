@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,6 +67,7 @@ type Backend struct {
 	err       error // set when the configuration is unusable; every call returns it
 
 	retentionArg any // the fence retention in ms, boxed once
+	lastTTL      atomic.Pointer[boxedTTL]
 	watch        watchers
 }
 
@@ -161,22 +163,23 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	if err := b.usable(req.Name); err != nil {
 		return fencelock.Grant{}, err
 	}
-	lockKey := b.Key(req.Name)
-	keys := []string{lockKey, lockKey + ":fence"}
-	args := []any{req.Owner, req.Hold, req.TTL.Milliseconds(), b.retentionArg}
-	var res []int64
+	fenceKey := b.fenceKey(req.Name)
+	keys := []string{fenceKey[:len(fenceKey)-len(":fence")], fenceKey} // one allocation for both
+	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg}
+	var reply []any
 	var err error
 	acked := -1
 	if b.replicas > 0 {
-		res, acked, err = b.acquireReplicated(ctx, keys, args)
+		reply, acked, err = b.acquireReplicated(ctx, keys, args)
 	} else {
-		res, err = acquireScript.Run(ctx, b.c, keys, args...).Int64Slice()
+		reply, err = acquireScript.Run(ctx, b.c, keys, args...).Slice()
 	}
 	if err != nil {
 		return fencelock.Grant{}, classify(err)
 	}
-	if len(res) < 2 {
-		return fencelock.Grant{}, fmt.Errorf("%w: unexpected acquire reply %v", fencelock.ErrUnavailable, res)
+	res, ok := int64s(reply)
+	if !ok || len(reply) < 2 || (res[0] == 1 && len(reply) < 3) {
+		return fencelock.Grant{}, fmt.Errorf("%w: unexpected acquire reply %v", fencelock.ErrUnavailable, reply)
 	}
 	if res[0] == 0 {
 		return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Remaining: time.Duration(res[1]) * time.Millisecond}
@@ -192,7 +195,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 
 // acquireReplicated runs the acquire script and WAIT on one connection, in one round trip:
 // WAIT counts the replicas that have the writes of its own connection.
-func (b *Backend) acquireReplicated(ctx context.Context, keys []string, args []any) ([]int64, int, error) {
+func (b *Backend) acquireReplicated(ctx context.Context, keys []string, args []any) ([]any, int, error) {
 	var node interface {
 		Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 		ScriptLoad(ctx context.Context, script string) *redis.StringCmd
@@ -221,7 +224,7 @@ func (b *Backend) acquireReplicated(ctx context.Context, keys []string, args []a
 			}
 			return nil, 0, err
 		}
-		res, err := eval.Int64Slice()
+		res, err := eval.Slice()
 		if err != nil {
 			return nil, 0, err
 		}
@@ -253,14 +256,14 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []error {
 		if errs[0] != nil {
 			return errs
 		}
-		errs[0] = renewResult(l.Name, renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, l.TTL.Milliseconds()))
+		errs[0] = renewResult(l.Name, renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL)))
 		return errs
 	}
 	cmds := make([]*redis.Cmd, len(leases))
 	_, _ = b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, l := range leases {
 			if errs[i] == nil {
-				cmds[i] = renewScript.EvalSha(ctx, p, []string{b.Key(l.Name)}, l.Owner, l.TTL.Milliseconds())
+				cmds[i] = renewScript.EvalSha(ctx, p, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL))
 			}
 		}
 		return nil
@@ -271,11 +274,43 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []error {
 		}
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			l := leases[i]
-			cmd = renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, l.TTL.Milliseconds())
+			cmd = renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL))
 		}
 		errs[i] = renewResult(leases[i].Name, cmd)
 	}
 	return errs
+}
+
+// int64s reads a reply of at most three integers without allocating.
+func int64s(reply []any) ([3]int64, bool) {
+	var out [3]int64
+	if len(reply) > len(out) {
+		return out, false
+	}
+	for i, v := range reply {
+		n, ok := v.(int64)
+		if !ok {
+			return out, false
+		}
+		out[i] = n
+	}
+	return out, true
+}
+
+// ttlArg returns ttl in milliseconds as a script argument. Boxing an int64 allocates, and most
+// programs use one or two TTLs, so the last one is kept boxed.
+func (b *Backend) ttlArg(ttl time.Duration) any {
+	if last := b.lastTTL.Load(); last != nil && last.ttl == ttl {
+		return last.arg
+	}
+	arg := &boxedTTL{ttl: ttl, arg: ttl.Milliseconds()}
+	b.lastTTL.Store(arg)
+	return arg.arg
+}
+
+type boxedTTL struct {
+	ttl time.Duration
+	arg any
 }
 
 func renewResult(name string, cmd *redis.Cmd) error {
@@ -299,7 +334,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	if b.sharded {
 		publish = "SPUBLISH"
 	}
-	n, err := releaseScript.Run(ctx, b.c, []string{lockKey}, lease.Owner, hold, lockKey+":released", publish).Int64()
+	n, err := releaseScript.Run(ctx, b.c, []string{lockKey}, lease.Owner, hold, publish).Int64()
 	switch {
 	case err != nil:
 		return 0, classify(err)

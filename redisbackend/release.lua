@@ -1,19 +1,21 @@
 -- Ends one hold of a lock; deletes the lock and announces the release when none is left.
 -- KEYS[1] the lock hash
--- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] release channel (same hash tag as the lock),
--- ARGV[4] 'SPUBLISH' on Cluster, 'PUBLISH' elsewhere
+-- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] 'SPUBLISH' on Cluster, 'PUBLISH' elsewhere
+-- The release channel is KEYS[1] .. ':released', in the lock's hash slot.
 -- Returns the hold count left (0: the lock is free), -1 when the owner does not hold the lock.
 -- A hold released already leaves the count unchanged, so a retried release is harmless.
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
+local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'h:' .. ARGV[2])
+if h[1] ~= ARGV[1] then
   return -1
 end
-if redis.call('HDEL', KEYS[1], 'h:' .. ARGV[2]) == 0 then
-  return tonumber(redis.call('HGET', KEYS[1], 'count'))
+local n = tonumber(h[2])
+if not h[3] then
+  return n
 end
-local n = redis.call('HINCRBY', KEYS[1], 'count', -1)
-if n <= 0 then
+if n <= 1 then
   redis.call('DEL', KEYS[1])
-  redis.call(ARGV[4], ARGV[3], '')
+  redis.call(ARGV[3], KEYS[1] .. ':released', '')
   return 0
 end
-return n
+redis.call('HDEL', KEYS[1], 'h:' .. ARGV[2])
+return redis.call('HINCRBY', KEYS[1], 'count', -1)

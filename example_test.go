@@ -1,0 +1,111 @@
+package fencelock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+// redisAddr is the address of the redis-server the examples run against.
+func redisAddr() string { return single.Addr }
+
+func Example() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+
+	locker := fencelock.New(redisbackend.New(rdb))
+	defer locker.Close()
+
+	lock, err := locker.Obtain(ctx, "order:10086", fencelock.WithTTL(30*time.Second))
+	if err != nil {
+		fmt.Println("not obtained:", err)
+		return
+	}
+	defer lock.Release(context.Background())
+
+	// Work under lock.Context(): it ends if the lock is lost. Hand lock.Token() to the store.
+	fmt.Println("holding", lock.Name(), "with a token:", lock.Token() > 0)
+	// Output: holding order:10086 with a token: true
+}
+
+func ExampleClient_TryObtain() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locker := fencelock.New(redisbackend.New(rdb))
+	defer locker.Close()
+
+	first, err := locker.TryObtain(ctx, "nightly-report")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer first.Release(ctx)
+
+	_, err = locker.TryObtain(ctx, "nightly-report")
+	fmt.Println("second attempt not obtained:", errors.Is(err, fencelock.ErrNotObtained))
+	// Output: second attempt not obtained: true
+}
+
+func ExampleClient_Do() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locker := fencelock.New(redisbackend.New(rdb))
+	defer locker.Close()
+
+	err := locker.Do(ctx, "charge:card-42", func(ctx context.Context) error {
+		// ctx ends if the lock is lost while this runs.
+		fmt.Println("charging once")
+		return nil
+	}, fencelock.WithTTL(10*time.Second))
+	fmt.Println("err:", err)
+	// Output:
+	// charging once
+	// err: <nil>
+}
+
+// Reentrancy: a function that locks a name can call another that locks it again.
+func ExampleClient_Obtain_reentrant() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locker := fencelock.New(redisbackend.New(rdb))
+	defer locker.Close()
+
+	outer, _ := locker.Obtain(ctx, "inventory:sku-1")
+	inner, err := locker.Obtain(outer.Context(), "inventory:sku-1")
+	fmt.Println("re-entered:", err == nil, "holds:", inner.HoldCount(), "same token:", inner.Token() == outer.Token())
+	_ = inner.Release(ctx)
+	_ = outer.Release(ctx)
+	// Output: re-entered: true holds: 2 same token: true
+}
+
+// The fencing token at the store: a holder that lost its lock without knowing it is refused.
+func ExampleLock_Token() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locker := fencelock.New(redisbackend.New(rdb))
+	defer locker.Close()
+	var store fence.Memory // the store's guard: it remembers the newest token per resource
+
+	stale, _ := locker.Obtain(ctx, "stock:sku-9", fencelock.WithTTL(50*time.Millisecond), fencelock.WithWatchdog(false))
+	fresh, _ := locker.Obtain(ctx, "stock:sku-9") // waits out the stale holder's TTL
+	defer fresh.Release(ctx)
+
+	fmt.Println("fresh write:", store.Check("stock:sku-9", fresh.Token()))
+	err := store.Check("stock:sku-9", stale.Token())
+	fmt.Println("stale write refused:", errors.Is(err, fence.ErrStale))
+	// Output:
+	// fresh write: <nil>
+	// stale write refused: true
+}
