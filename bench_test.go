@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/redisbackend"
 )
 
 // The floor: the plain SET NX PX and compare-and-delete pair every Redis lock is built on,
@@ -109,8 +108,8 @@ func BenchmarkHandoff(b *testing.B) {
 	}
 }
 
-// BenchmarkContended runs 8 clients obtaining and releasing one lock: owner changes per
-// second.
+// BenchmarkContended runs 8 clients obtaining and releasing one lock as fast as they can:
+// completed critical sections per second.
 func BenchmarkContended(b *testing.B) {
 	ctx := context.Background()
 	rdb := singleClient(b)
@@ -137,7 +136,6 @@ func BenchmarkContended(b *testing.B) {
 			_ = lock.Release(ctx)
 		}
 	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "handoffs/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "locks/s")
 }
 
-var _ = redisbackend.New

@@ -1,0 +1,22 @@
+package redisbackend
+
+import "testing"
+
+// Slots as CLUSTER KEYSLOT reports them.
+func TestSlot(t *testing.T) {
+	for key, want := range map[string]int{
+		"foo":                  12182,
+		"somekey":              11058,
+		"{user1000}.following": 3443,
+		"user1000":             3443,
+		"foo{}bar":             slot("foo{}bar"), // empty tag: the whole key
+		"x{abc}y":              slot("abc"),
+	} {
+		if got := slot(key); got != want {
+			t.Errorf("slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if slot("foo{}bar") == slot("") {
+		t.Error("an empty hash tag must hash the whole key")
+	}
+}
