@@ -57,6 +57,41 @@ func BenchmarkObtainRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkVersusFloor interleaves a floor cycle and a fencelock cycle in every iteration, so
+// that drift on a noisy machine hits both alike, and reports each one's median and their ratio.
+func BenchmarkVersusFloor(b *testing.B) {
+	ctx := context.Background()
+	rdb := singleClient(b)
+	c := newLocker(b, rdb)
+	var floor, ours []time.Duration
+	for i := 0; b.Loop(); i++ {
+		token := strconv.Itoa(i)
+		t0 := time.Now()
+		if ok, err := rdb.SetNX(ctx, "bench:vs-floor", token, 30*time.Second).Result(); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+		if err := floorRelease.Run(ctx, rdb, []string{"bench:vs-floor"}, token).Err(); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		lock, err := c.TryObtain(ctx, "bench:vs-ours")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lock.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		floor, ours = append(floor, t1.Sub(t0)), append(ours, t2.Sub(t1))
+	}
+	slices.Sort(floor)
+	slices.Sort(ours)
+	f, o := floor[len(floor)/2], ours[len(ours)/2]
+	b.ReportMetric(float64(f.Microseconds()), "floor-p50-µs")
+	b.ReportMetric(float64(o.Microseconds()), "fencelock-p50-µs")
+	b.ReportMetric(float64(o)/float64(f), "ratio")
+}
+
 // BenchmarkHandoff measures how soon a waiter blocked in Obtain holds the lock after the
 // holder's Release returns: p50 and p99 in µs, for the default wake-on-release wait and for a
 // 1ms poller.

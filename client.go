@@ -222,7 +222,8 @@ func (c *Client) grant(vctx context.Context, name, owner, hold string, s *settin
 		c.mu.Unlock()
 	}
 	l := &Lock{c: c, st: st, hold: hold, count: g.Count, ttl: s.ttl}
-	l.ctx = newLockContext(vctx, st)
+	l.lctx = lockContext{parent: vctx, st: st}
+	l.ctx = &l.lctx
 	if !st.attach(l.ctx) {
 		// Lost between join and attach: the hold in the store is useless now.
 		l.released.Store(true)

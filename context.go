@@ -26,10 +26,6 @@ type lockContext struct {
 // looking it up allocates nothing.
 type lockContextKey struct{}
 
-func newLockContext(parent context.Context, st *holdState) *lockContext {
-	return &lockContext{parent: parent, st: st}
-}
-
 func (c *lockContext) Deadline() (time.Time, bool) { return time.Time{}, false }
 
 func (c *lockContext) Done() <-chan struct{} {

@@ -3,6 +3,9 @@ package fencelock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,4 +169,41 @@ func TestObserver(t *testing.T) {
 			t.Errorf("no %v event; saw %v", k, kinds)
 		}
 	}
+}
+
+// WithLogger writes events to a slog handler at debug level, and losses at warn level.
+func TestLogger(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	var buf strings.Builder
+	var mu sync.Mutex
+	h := slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug})
+	rdb := singleClient(t)
+	b := redisbackend.New(rdb)
+	c := newLocker(t, rdb, fencelock.WithLogger(h))
+	name := lockName(t)
+	lock, err := c.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, b.Key(name))
+	_ = lock.Refresh(ctx, 0)
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	for _, want := range []string{`msg="fencelock: obtained"`, `level=WARN msg="fencelock: lost"`, "lock=" + name} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+type lockedWriter struct {
+	w  *strings.Builder
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -13,7 +13,8 @@ import (
 type Lock struct {
 	c        *Client
 	st       *holdState
-	ctx      *lockContext
+	ctx      *lockContext // points at lctx
+	lctx     lockContext  // one allocation with the Lock
 	hold     string
 	count    int
 	ttl      time.Duration

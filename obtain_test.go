@@ -3,6 +3,7 @@ package fencelock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -227,4 +228,112 @@ func TestDoFollowsCallerContext(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v", err)
 	}
+}
+
+// All waiters of one client share one subscription connection.
+func TestWaitersShareOneSubscription(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	rdb := singleClient(t)
+	holder, waiter := newLocker(t, rdb), newLocker(t, rdb)
+	const n = 5
+	locks := make([]*fencelock.Lock, n)
+	for i := range locks {
+		l, err := holder.Obtain(ctx, lockName(t, string(rune('a'+i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks[i] = l
+	}
+	pubsubConns := func() int {
+		list := rdb.ClientList(ctx).Val() // one line per connection; flags P mark pub/sub
+		count := 0
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, " flags=P ") {
+				count++
+			}
+		}
+		return count
+	}
+	baseline := pubsubConns()
+	got := make(chan error, n)
+	for i := range locks {
+		go func() {
+			l, err := waiter.Obtain(ctx, locks[i].Name())
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+	}
+	waitFor(t, 5*time.Second, "the waiters to subscribe", func() bool { return pubsubConns() > baseline })
+	time.Sleep(50 * time.Millisecond)
+	if extra := pubsubConns() - baseline; extra != 1 {
+		t.Fatalf("%d waiters opened %d subscription connections, want 1", n, extra)
+	}
+	for _, l := range locks {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range locks {
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "the subscription to close after the last waiter", func() bool { return pubsubConns() == baseline })
+}
+
+func TestRetryStrategies(t *testing.T) {
+	if d := fencelock.LinearBackoff(5 * time.Millisecond).NextBackoff(); d != 5*time.Millisecond {
+		t.Fatalf("linear: %v", d)
+	}
+	if d := fencelock.NoRetry().NextBackoff(); d != 0 {
+		t.Fatalf("no retry: %v", d)
+	}
+	exp := fencelock.ExponentialBackoff(time.Millisecond, 8*time.Millisecond)
+	var seq []time.Duration
+	for i := 0; i < 6; i++ {
+		seq = append(seq, exp.NextBackoff())
+	}
+	want := []time.Duration{1, 2, 4, 8, 8, 8}
+	for i := range want {
+		if seq[i] != want[i]*time.Millisecond {
+			t.Fatalf("exponential: %v", seq)
+		}
+	}
+	lim := fencelock.LimitRetry(fencelock.LinearBackoff(time.Millisecond), 2)
+	if lim.NextBackoff() == 0 || lim.NextBackoff() == 0 || lim.NextBackoff() != 0 {
+		t.Fatal("limit 2 must allow two retries, then stop")
+	}
+	jit := fencelock.WithJitter(fencelock.LinearBackoff(100*time.Millisecond), 0.5)
+	for i := 0; i < 100; i++ {
+		if d := jit.NextBackoff(); d < 50*time.Millisecond || d > 150*time.Millisecond {
+			t.Fatalf("jitter out of range: %v", d)
+		}
+	}
+}
+
+// With a retry strategy, Obtain polls, and gives up when the strategy does.
+func TestObtainWithRetryStrategy(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := singleClient(t)
+	holder, poller := newLocker(t, rdb), newLocker(t, rdb)
+	name := lockName(t)
+	lock, err := holder.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = poller.Obtain(ctx, name, fencelock.WithRetry(fencelock.LimitRetry(fencelock.LinearBackoff(5*time.Millisecond), 3)))
+	if !errors.Is(err, fencelock.ErrNotObtained) || ctx.Err() != nil {
+		t.Fatalf("a limited strategy must give up with ErrNotObtained: %v", err)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = lock.Release(ctx)
+	}()
+	l, err := poller.Obtain(ctx, name, fencelock.WithRetry(fencelock.LinearBackoff(5*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
 }
