@@ -173,4 +173,3 @@ func BenchmarkContended(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "locks/s")
 }
-
