@@ -44,51 +44,57 @@ func TestWatchdogKeepsLock(t *testing.T) {
 func TestLossCancelsContext(t *testing.T) {
 	cases := []struct {
 		name  string
-		fault func(ctx context.Context, rdb *redis.Client, key string) error
+		fault func(ctx context.Context, rdb redis.UniversalClient, key string) error
 	}{
-		{"deleted", func(ctx context.Context, rdb *redis.Client, key string) error {
+		{"deleted", func(ctx context.Context, rdb redis.UniversalClient, key string) error {
 			return rdb.Del(ctx, key).Err()
 		}},
-		{"overwritten", func(ctx context.Context, rdb *redis.Client, key string) error {
+		{"overwritten", func(ctx context.Context, rdb redis.UniversalClient, key string) error {
 			return rdb.HSet(ctx, key, "owner", "someone-else").Err()
 		}},
-		{"flushall", func(ctx context.Context, rdb *redis.Client, key string) error {
+		{"flushall", func(ctx context.Context, rdb redis.UniversalClient, key string) error {
+			if cc, ok := rdb.(*redis.ClusterClient); ok {
+				return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+					return m.FlushAll(ctx).Err()
+				})
+			}
 			return rdb.FlushAll(ctx).Err()
 		}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := ctxTimeout(t, 10*time.Second)
-			rdb := singleClient(t)
-			b := redisbackend.New(rdb)
-			c := fencelock.New(b)
-			defer c.Close()
-			name := lockName(t)
-			told := make(chan error, 1)
-			lock, err := c.Obtain(ctx, name, fencelock.WithTTL(300*time.Millisecond),
-				fencelock.WithOnLost(func(_ string, err error) { told <- err }))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := tc.fault(ctx, rdb, b.Key(name)); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-lock.Context().Done():
-			case <-time.After(2 * time.Second):
-				t.Fatal("context not cancelled after the key was lost")
-			}
-			if err := lock.Context().Err(); !errors.Is(err, fencelock.ErrLost) || !errors.Is(err, context.Canceled) {
-				t.Fatalf("context error %v: want ErrLost and Canceled", err)
-			}
-			if err := <-told; !errors.Is(err, fencelock.ErrLost) {
-				t.Fatalf("callback told %v", err)
-			}
-			if err := lock.Release(ctx); !errors.Is(err, fencelock.ErrNotHeld) && err != nil {
-				t.Fatalf("release of a lost lock: %v", err)
-			}
-		})
-	}
+	forEachDeployment(t, func(t *testing.T, rdb redis.UniversalClient) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := ctxTimeout(t, 10*time.Second)
+				b := redisbackend.New(rdb)
+				c := fencelock.New(b)
+				defer c.Close()
+				name := lockName(t)
+				told := make(chan error, 1)
+				lock, err := c.Obtain(ctx, name, fencelock.WithTTL(300*time.Millisecond),
+					fencelock.WithOnLost(func(_ string, err error) { told <- err }))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := tc.fault(ctx, rdb, b.Key(name)); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-lock.Context().Done():
+				case <-time.After(2 * time.Second):
+					t.Fatal("context not cancelled after the key was lost")
+				}
+				if err := lock.Context().Err(); !errors.Is(err, fencelock.ErrLost) || !errors.Is(err, context.Canceled) {
+					t.Fatalf("context error %v: want ErrLost and Canceled", err)
+				}
+				if err := <-told; !errors.Is(err, fencelock.ErrLost) {
+					t.Fatalf("callback told %v", err)
+				}
+				if err := lock.Release(ctx); !errors.Is(err, fencelock.ErrNotHeld) {
+					t.Fatalf("release of a lost lock: %v, want ErrNotHeld", err)
+				}
+			})
+		}
+	})
 }
 
 // With the server unreachable (a partition: no reset, just silence), the lock is lost when the
