@@ -17,11 +17,10 @@ type Backend interface {
 	// req.Owner holds it already. It returns a *HeldError when another owner holds it.
 	Acquire(ctx context.Context, req Request) (Grant, error)
 
-	// Renew extends the given leases, as one batch where the store allows it. It returns one
-	// error per lease, in order: nil when renewed, an error matching ErrNotHeld when the lease's
-	// owner no longer holds the lock (the lock is lost), any other error when the outcome is
-	// unknown (the Client tries again until the validity deadline passes).
-	Renew(ctx context.Context, leases []Lease) []error
+	// Renew extends the given leases, as one batch where the store allows it, or confirms that
+	// the store still keeps them where a background keep-alive extends them. It returns one
+	// Renewal per lease, in order; see Renewal.
+	Renew(ctx context.Context, leases []Lease) []Renewal
 
 	// Release ends one hold. It returns the hold count left (0 when the lock is free), an error
 	// matching ErrNotHeld when the owner does not hold the lock, and is a no-op that returns
@@ -69,6 +68,17 @@ type Grant struct {
 	// Validity, when positive, is how long after the request was sent the backend vouches for
 	// the lock, when that is less than the TTL (a quorum backend subtracts the time it took).
 	Validity time.Duration
+}
+
+// Renewal is the outcome of renewing one lease.
+type Renewal struct {
+	// Validity, when positive, is how long after the renewal was sent the backend vouches for
+	// the lock, when that is less than the lease's TTL.
+	Validity time.Duration
+	// Err is nil when renewed; it matches ErrNotHeld when the owner no longer holds the lock
+	// (the lock is lost); any other error means the outcome is unknown, and the Client tries
+	// again until the validity deadline passes.
+	Err error
 }
 
 // Info describes a lock as the backend sees it.

@@ -77,14 +77,18 @@ func (st *holdState) valid() error {
 	return st.errOrLost()
 }
 
-// extend records a confirmed renewal sent at sent.
-func (st *holdState) extend(sent time.Time, ttl time.Duration) {
+// extend records a confirmed renewal sent at sent, vouched for validity (the TTL when zero).
+func (st *holdState) extend(sent time.Time, ttl, validity time.Duration) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.err != nil {
 		return
 	}
-	if d := sent.Add(ttl - drift(ttl)); d.After(st.deadline) {
+	v := ttl
+	if validity > 0 && validity < v {
+		v = validity
+	}
+	if d := sent.Add(v - drift(ttl)); d.After(st.deadline) {
 		st.deadline = d
 	}
 	st.renewAt = sent.Add(st.every)

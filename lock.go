@@ -112,19 +112,24 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	sent := l.c.now()
-	err := l.c.b.Renew(ctx, []Lease{{Name: st.name, Owner: st.owner, TTL: ttl}})[0]
-	switch {
+	r := l.c.b.Renew(ctx, []Lease{{Name: st.name, Owner: st.owner, TTL: ttl}})
+	if len(r) == 0 {
+		return fmt.Errorf("%w: backend returned no renewal result", ErrUnavailable)
+	}
+	switch err := r[0].Err; {
 	case err == nil:
 		st.mu.Lock()
 		st.ttl = ttl
 		st.mu.Unlock()
-		st.extend(sent, ttl)
+		st.extend(sent, ttl, r[0].Validity)
 		l.c.emit(Event{Kind: EventRenewed, Name: st.name, Token: st.token, Duration: l.c.now().Sub(sent)})
 		return nil
 	case errors.Is(err, ErrNotHeld):
 		st.end(&lostError{reason: err}, true)
+		return err
+	default:
+		return err
 	}
-	return err
 }
 
 // Release ends this hold. The watchdog has stopped renewing the lock by the time Release

@@ -192,19 +192,19 @@ func (s *scheduler) renew(due []*holdState) {
 		defer close(done)
 		ctx, cancel := context.WithTimeout(s.base, max(timeout, time.Millisecond))
 		sent := s.c.now()
-		errs := s.c.b.Renew(ctx, leases)
+		res := s.c.b.Renew(ctx, leases)
 		cancel()
 		took := s.c.now().Sub(sent)
 		for i, st := range batch {
-			var err error
-			if i < len(errs) {
-				err = errs[i]
+			var r Renewal
+			if i < len(res) {
+				r = res[i]
 			} else {
-				err = errors.New("fencelock: backend returned too few renewal results")
+				r.Err = errors.New("fencelock: backend returned too few renewal results")
 			}
-			switch {
+			switch err := r.Err; {
 			case err == nil:
-				st.extend(sent, leases[i].TTL)
+				st.extend(sent, leases[i].TTL, r.Validity)
 				s.c.emit(Event{Kind: EventRenewed, Name: st.name, Token: st.token, Duration: took})
 			case errors.Is(err, ErrNotHeld):
 				st.end(&lostError{reason: err}, true)

@@ -290,7 +290,7 @@ type countingBackend struct {
 	renews *atomic.Int64
 }
 
-func (c *countingBackend) Renew(ctx context.Context, leases []fencelock.Lease) []error {
+func (c *countingBackend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
 	c.renews.Add(1)
 	return c.Backend.Renew(ctx, leases)
 }

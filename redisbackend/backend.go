@@ -238,31 +238,22 @@ func (b *Backend) acquireReplicated(ctx context.Context, keys []string, args []a
 
 // Renew implements fencelock.Backend. The leases go out as one pipeline, which the Cluster
 // client splits into one round trip per node.
-func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []error {
-	errs := make([]error, len(leases))
-	if b.err != nil {
-		for i := range errs {
-			errs[i] = b.err
-		}
-		return errs
-	}
+func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
+	errs := make([]fencelock.Renewal, len(leases))
 	for i, l := range leases {
-		if err := b.usable(l.Name); err != nil {
-			errs[i] = err
-		}
+		errs[i].Err = b.usable(l.Name)
 	}
 	if len(leases) == 1 {
 		l := leases[0]
-		if errs[0] != nil {
-			return errs
+		if errs[0].Err == nil {
+			errs[0].Err = renewResult(l.Name, renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL)))
 		}
-		errs[0] = renewResult(l.Name, renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL)))
 		return errs
 	}
 	cmds := make([]*redis.Cmd, len(leases))
 	_, _ = b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, l := range leases {
-			if errs[i] == nil {
+			if errs[i].Err == nil {
 				cmds[i] = renewScript.EvalSha(ctx, p, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL))
 			}
 		}
@@ -276,7 +267,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []error {
 			l := leases[i]
 			cmd = renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL))
 		}
-		errs[i] = renewResult(leases[i].Name, cmd)
+		errs[i].Err = renewResult(leases[i].Name, cmd)
 	}
 	return errs
 }
