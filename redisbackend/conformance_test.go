@@ -1,0 +1,39 @@
+package redisbackend_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fencelocktest"
+	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+func TestConformance(t *testing.T) {
+	deployments := []struct {
+		name   string
+		client func(t *testing.T) redis.UniversalClient
+	}{
+		{"single", func(t *testing.T) redis.UniversalClient { return testserver.StartRedis(t).ClientT(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return testserver.StartCluster(t, 3).ClientT(t) }},
+		{"sentinel", func(t *testing.T) redis.UniversalClient { return testserver.StartSentinel(t).ClientT(t) }},
+	}
+	for _, d := range deployments {
+		t.Run(d.name, func(t *testing.T) {
+			rdb := d.client(t)
+			fencelocktest.Run(t, fencelocktest.Target{
+				New: func(t *testing.T) fencelock.Backend { return redisbackend.New(rdb) },
+				TTL: time.Second,
+				Drop: func(t *testing.T, name string) {
+					if err := rdb.Del(context.Background(), redisbackend.New(rdb).Key(name)).Err(); err != nil {
+						t.Fatal(err)
+					}
+				},
+			})
+		})
+	}
+}
