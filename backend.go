@@ -40,6 +40,15 @@ type ReleaseWatcher interface {
 	WatchRelease(ctx context.Context, name string) (released <-chan struct{}, stop func(), err error)
 }
 
+// Queue is implemented by backends that keep waiters in a fair, first-come first-served queue
+// (etcd, ZooKeeper). Obtain then waits inside AcquireQueued instead of retrying Acquire.
+type Queue interface {
+	// AcquireQueued takes the lock like Acquire, but when another owner holds it, joins the
+	// queue of waiters and returns once req holds the lock. When ctx ends first, it leaves the
+	// queue and returns an error matching ctx.Err().
+	AcquireQueued(ctx context.Context, req Request) (Grant, error)
+}
+
 // Request is one acquisition attempt.
 type Request struct {
 	Name string

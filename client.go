@@ -158,16 +158,24 @@ func (c *Client) settings(opts []Option) settings {
 	return s
 }
 
-// attempt makes one acquisition. vctx carries the values the lock's context inherits. fresh
-// says the owner ID was made for this acquisition alone: its only hold needs no ID of its own.
-func (c *Client) attempt(ctx, vctx context.Context, name, owner string, fresh bool, s *settings) (*Lock, error) {
+// attempt makes one acquisition, or waits in line for it when queue is set. vctx carries the
+// values the lock's context inherits. fresh says the owner ID was made for this acquisition
+// alone: its only hold needs no ID of its own.
+func (c *Client) attempt(ctx, vctx context.Context, name, owner string, fresh bool, s *settings, queue Queue) (*Lock, error) {
 	hold := ""
 	if !fresh {
 		var buf [32]byte
 		hold = string(strconv.AppendUint(append(buf[:0], c.holdPrefix...), c.holdSeq.Add(1), 36))
 	}
+	req := Request{Name: name, Owner: owner, Hold: hold, TTL: s.ttl}
 	sent := c.now()
-	g, err := c.b.Acquire(ctx, Request{Name: name, Owner: owner, Hold: hold, TTL: s.ttl})
+	var g Grant
+	var err error
+	if queue != nil {
+		g, err = queue.AcquireQueued(ctx, req)
+	} else {
+		g, err = c.b.Acquire(ctx, req)
+	}
 	if err != nil {
 		var held *HeldError
 		if !errors.As(err, &held) && !errors.Is(err, ErrInvalid) {

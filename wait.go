@@ -48,7 +48,24 @@ func (c *Client) obtain(ctx context.Context, name string, wait bool, opts []Opti
 		}
 	}
 
-	lock, err := c.attempt(ctx, vctx, name, owner, fresh, &s)
+	if q, ok := c.b.(Queue); ok && wait && s.retry == nil {
+		// The backend keeps the waiters in line; retry only what it could not reach.
+		for failures := 0; ; failures++ {
+			lock, err := c.attempt(ctx, vctx, name, owner, fresh, &s, q)
+			if err == nil || !retryable(err) || ctx.Err() != nil {
+				if err != nil && ctx.Err() != nil {
+					err = errors.Join(notObtained(err), context.Cause(ctx))
+				}
+				return c.obtained(name, start, lock, err)
+			}
+			select {
+			case <-time.After(unavailableBackoff[min(failures, len(unavailableBackoff)-1)]):
+			case <-ctx.Done():
+			}
+		}
+	}
+
+	lock, err := c.attempt(ctx, vctx, name, owner, fresh, &s, nil)
 	if err == nil || !wait || !retryable(err) {
 		return c.obtained(name, start, lock, err)
 	}
@@ -61,7 +78,7 @@ func (c *Client) obtain(ctx context.Context, name string, wait bool, opts []Opti
 		if werr == nil {
 			defer stop()
 			released = ch
-			lock, err = c.attempt(ctx, vctx, name, owner, fresh, &s)
+			lock, err = c.attempt(ctx, vctx, name, owner, fresh, &s, nil)
 			if err == nil || !retryable(err) {
 				return c.obtained(name, start, lock, err)
 			}
@@ -96,7 +113,7 @@ func (c *Client) obtain(ctx context.Context, name string, wait bool, opts []Opti
 			return c.obtained(name, start, nil, err)
 		}
 		c.emit(Event{Kind: EventWaited, Name: name, Duration: c.now().Sub(slept)})
-		lock, err = c.attempt(ctx, vctx, name, owner, fresh, &s)
+		lock, err = c.attempt(ctx, vctx, name, owner, fresh, &s, nil)
 		if err == nil || !retryable(err) {
 			return c.obtained(name, start, lock, err)
 		}

@@ -1,0 +1,2 @@
+// Package etcdbackend keeps fencelock locks in etcd.
+package etcdbackend
