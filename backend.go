@@ -77,6 +77,9 @@ type Grant struct {
 	// Validity, when positive, is how long after the request was sent the backend vouches for
 	// the lock, when that is less than the TTL (a quorum backend subtracts the time it took).
 	Validity time.Duration
+	// Elapsed is how long after the call the request that confirmed the grant was sent: a
+	// queued acquisition waits before its lock is confirmed, and Validity counts from then.
+	Elapsed time.Duration
 }
 
 // Renewal is the outcome of renewing one lease.

@@ -198,7 +198,10 @@ func (c *Client) grant(vctx context.Context, name, owner, hold string, s *settin
 	if g.Validity > 0 && g.Validity < validity {
 		validity = g.Validity
 	}
+	sent = sent.Add(max(g.Elapsed, 0))
 	deadline := sent.Add(validity - drift(s.ttl))
+	// Renew well within the validity the backend vouched for, if that is the shorter.
+	every := min(s.renewEvery, validity/3)
 
 	c.mu.Lock()
 	if c.closed {
@@ -218,9 +221,9 @@ func (c *Client) grant(vctx context.Context, name, owner, hold string, s *settin
 	}
 	if st == nil {
 		st = &holdState{
-			c: c, name: name, owner: owner, ttl: s.ttl, every: s.renewEvery,
+			c: c, name: name, owner: owner, ttl: s.ttl, every: every,
 			watchdog: !s.noWatchdog, onLost: s.onLost, token: g.Token,
-			deadline: deadline, renewAt: sent.Add(s.renewEvery), refs: 1,
+			deadline: deadline, renewAt: sent.Add(every), refs: 1,
 			obtained: sent,
 		}
 		c.held[key] = st

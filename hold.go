@@ -91,7 +91,7 @@ func (st *holdState) extend(sent time.Time, ttl, validity time.Duration) {
 	if d := sent.Add(v - drift(ttl)); d.After(st.deadline) {
 		st.deadline = d
 	}
-	st.renewAt = sent.Add(st.every)
+	st.renewAt = sent.Add(min(st.every, v/3))
 }
 
 // end finishes the state with err, cancels every handle's context and stops its renewal. The

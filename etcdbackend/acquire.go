@@ -1,0 +1,202 @@
+package etcdbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock"
+)
+
+// Acquire implements fencelock.Backend: one attempt, leaving no key behind when the lock is
+// held by another owner.
+func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+	return b.acquire(ctx, req, false)
+}
+
+// AcquireQueued implements fencelock.Queue: the request takes its place in the lock's queue and
+// waits for the deletion of the key just before its own.
+func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+	return b.acquire(ctx, req, true)
+}
+
+func (b *Backend) acquire(ctx context.Context, req fencelock.Request, queue bool) (fencelock.Grant, error) {
+	if err := b.usable(req.Name); err != nil {
+		return fencelock.Grant{}, err
+	}
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		s, err := b.session(ctx, req.TTL)
+		if err != nil {
+			return fencelock.Grant{}, err
+		}
+		g, err := b.enqueue(ctx, s, req, queue, start)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
+			// The lease expired between the lookup and the put: take a new one.
+			b.dropSession(s)
+			continue
+		}
+		return g, err
+	}
+}
+
+func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request, queue bool, start time.Time) (fencelock.Grant, error) {
+	pfx := b.queuePrefix(req.Name)
+	key := pfx + req.Owner
+	sent := time.Now()
+	first := clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)
+	resp, err := b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, holds{req.Hold}.encode(), clientv3.WithLease(s.s.Lease())), first).
+		Else(clientv3.OpGet(key), first).
+		Commit()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fencelock.Grant{}, err
+		}
+		return fencelock.Grant{}, classify(err)
+	}
+	holderKVs := resp.Responses[1].GetResponseRange().Kvs
+	if resp.Succeeded {
+		rev := resp.Header.Revision
+		if len(holderKVs) > 0 && holderKVs[0].CreateRevision == rev {
+			return b.granted(s, rev, 1, start, sent), nil
+		}
+		if !queue {
+			b.leave(ctx, key, rev)
+			return fencelock.Grant{}, held(req.Name)
+		}
+		sent, err := b.waitTurn(ctx, s, pfx, key, rev)
+		if err != nil {
+			b.leave(ctx, key, rev)
+			return fencelock.Grant{}, err
+		}
+		return b.granted(s, rev, 1, start, sent), nil
+	}
+
+	// The owner has a key already: a reentrant acquisition, or the retry of one whose outcome
+	// was lost.
+	mine := resp.Responses[0].GetResponseRange().Kvs
+	if len(mine) == 0 {
+		return fencelock.Grant{}, fmt.Errorf("%w: the owner's key vanished during the acquisition", fencelock.ErrUnavailable)
+	}
+	if len(holderKVs) == 0 || holderKVs[0].CreateRevision != mine[0].CreateRevision {
+		if !queue {
+			return fencelock.Grant{}, held(req.Name)
+		}
+		if sent, err = b.waitTurn(ctx, s, pfx, key, mine[0].CreateRevision); err != nil {
+			return fencelock.Grant{}, err
+		}
+	}
+	return b.reenter(ctx, s, key, mine[0], req.Hold, start, sent)
+}
+
+// reenter adds hold to the owner's key, unless a retried acquisition added it already.
+func (b *Backend) reenter(ctx context.Context, s *session, key string, kv *mvccpb.KeyValue, hold string, start, sent time.Time) (fencelock.Grant, error) {
+	for {
+		h, err := decodeHolds(kv.Value)
+		if err != nil {
+			return fencelock.Grant{}, err
+		}
+		if h.has(hold) {
+			return b.granted(s, kv.CreateRevision, len(h), start, sent), nil
+		}
+		h = append(h, hold)
+		sent = time.Now()
+		resp, err := b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
+				clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+			Then(clientv3.OpPut(key, h.encode(), clientv3.WithIgnoreLease())).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err != nil {
+			return fencelock.Grant{}, classify(err)
+		}
+		if resp.Succeeded {
+			return b.granted(s, kv.CreateRevision, len(h), start, sent), nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 || kvs[0].CreateRevision != kv.CreateRevision {
+			return fencelock.Grant{}, fmt.Errorf("%w: the owner's key vanished during a reentrant acquisition", fencelock.ErrNotObtained)
+		}
+		kv = kvs[0] // changed by another hold of the same owner: try again
+	}
+}
+
+func (b *Backend) granted(s *session, rev int64, count int, start, sent time.Time) fencelock.Grant {
+	return fencelock.Grant{Token: rev, Count: count, Validity: max(s.validity(sent), time.Nanosecond), Elapsed: sent.Sub(start)}
+}
+
+// held is the error for a lock held by another owner. It leaves the holder's remaining TTL
+// unknown: finding it would cost another round trip, and Obtain waits in the queue instead.
+func held(name string) error { return &fencelock.HeldError{Name: name} }
+
+// leave deletes a waiter's key, on a fresh context: the caller's may be what ended the wait.
+func (b *Backend) leave(ctx context.Context, key string, rev int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_, _ = b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+}
+
+// waitTurn waits until no key of the queue was created before the waiter's, watching only the
+// key just before it. Each watch starts at the revision after the read that found the
+// predecessor: a deletion after the read is seen by the watch, one before it by the read, and a
+// watch that starts at the next revision is in sync from the start (one from an older revision
+// waits for the server's periodic catch-up). It returns when the read that found no
+// predecessor was sent.
+func (b *Backend) waitTurn(ctx context.Context, s *session, pfx, key string, rev int64) (time.Time, error) {
+	for {
+		sent := time.Now()
+		resp, err := b.c.Txn(ctx).Then(
+			clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...),
+			clientv3.OpGet(key, clientv3.WithKeysOnly()),
+		).Commit()
+		if err != nil {
+			return sent, classify(err)
+		}
+		if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
+			return sent, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+		}
+		preds := resp.Responses[0].GetResponseRange().Kvs
+		if len(preds) == 0 {
+			return sent, nil
+		}
+		if err := b.waitDelete(ctx, s, string(preds[0].Key), resp.Header.Revision+1); err != nil {
+			return sent, err
+		}
+	}
+}
+
+func (b *Backend) waitDelete(ctx context.Context, s *session, key string, from int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := b.c.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut())
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok {
+				return nil // the watch broke: read again
+			}
+			if err := wr.Err(); err != nil {
+				return nil
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return nil
+				}
+			}
+		case <-s.s.Done():
+			return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,165 @@
+package etcdbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock"
+)
+
+// Backend is a fencelock.Backend and fencelock.Queue over an etcd cluster. It is safe for
+// concurrent use. Close revokes its leases, which releases every lock it holds.
+type Backend struct {
+	c      *clientv3.Client
+	prefix string
+	err    error // set when the configuration is unusable; every call returns it
+
+	ctx    context.Context // ends on Close; the sessions' keep-alives run under it
+	cancel context.CancelFunc
+
+	mu       sync.Mutex // guards sessions and closed
+	sessions map[int]*session
+	closed   bool
+}
+
+var (
+	_ fencelock.Backend = (*Backend)(nil)
+	_ fencelock.Queue   = (*Backend)(nil)
+)
+
+// Option configures a Backend.
+type Option func(*Backend)
+
+// WithPrefix sets the prefix of every key. Default: "/fencelock/".
+func WithPrefix(p string) Option { return func(b *Backend) { b.prefix = p } }
+
+// New returns a Backend over c. A nil c gives a Backend whose every call fails with an error
+// matching fencelock.ErrInvalid.
+func New(c *clientv3.Client, opts ...Option) *Backend {
+	b := &Backend{c: c, prefix: "/fencelock/", sessions: make(map[int]*session)}
+	for _, o := range opts {
+		o(b)
+	}
+	switch {
+	case c == nil:
+		b.err = fmt.Errorf("%w: nil etcd client", fencelock.ErrInvalid)
+	case b.prefix == "":
+		b.err = fmt.Errorf("%w: empty key prefix", fencelock.ErrInvalid)
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b
+}
+
+// Close revokes the Backend's leases, releasing its locks, and stops their keep-alives.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	sessions := b.sessions
+	b.sessions = nil
+	b.mu.Unlock()
+	var errs []error
+	for _, s := range sessions {
+		if err := s.s.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, err)
+		}
+	}
+	b.cancel()
+	return errors.Join(errs...)
+}
+
+// queuePrefix is the prefix of the keys of the lock name.
+func (b *Backend) queuePrefix(name string) string {
+	return b.prefix + url.PathEscape(name) + "/"
+}
+
+// Key returns the key that owner's place in the lock name's queue is kept under.
+func (b *Backend) Key(name, owner string) string { return b.queuePrefix(name) + owner }
+
+// Guard returns a comparison that holds only while lock is still held: its key exists with the
+// create revision that is its fencing token. Use it in the If of a transaction that writes data
+// kept in etcd, so that a holder that lost its lock without knowing it writes nothing:
+//
+//	resp, err := cli.Txn(ctx).If(b.Guard(lock)).Then(clientv3.OpPut(k, v)).Commit()
+//	if err == nil && !resp.Succeeded { /* the lock was lost: nothing was written */ }
+func (b *Backend) Guard(lock *fencelock.Lock) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(b.Key(lock.Name(), lock.Owner())), "=", lock.Token())
+}
+
+func (b *Backend) usable(name string) error {
+	switch {
+	case b.err != nil:
+		return b.err
+	case name == "":
+		return fmt.Errorf("%w: empty lock name", fencelock.ErrInvalid)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return fmt.Errorf("%w: backend closed", fencelock.ErrUnavailable)
+	}
+	return nil
+}
+
+// holds is the value of a queue key: the hold count and the IDs of the holds.
+type holds []string
+
+func (h holds) encode() string { return strconv.Itoa(len(h)) + "\n" + strings.Join(h, "\n") }
+
+func decodeHolds(v []byte) (holds, error) {
+	parts := strings.Split(string(v), "\n")
+	n, err := strconv.Atoi(parts[0])
+	if err != nil || n != len(parts)-1 {
+		return nil, fmt.Errorf("%w: a lock key holds %q, which fencelock did not write", fencelock.ErrInvalid, v)
+	}
+	return holds(parts[1:]), nil
+}
+
+func (h holds) has(id string) bool {
+	for _, x := range h {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (h holds) without(id string) holds {
+	out := make(holds, 0, len(h))
+	for _, x := range h {
+		if x != id {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// classify wraps err with the fencelock error that says what to do about it.
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
+	case errors.Is(err, rpctypes.ErrGRPCKeyNotFound), errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return fmt.Errorf("%w: %w", fencelock.ErrNotHeld, err)
+	case errors.Is(err, rpctypes.ErrEmptyKey), errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrRequestTooLarge):
+		return fmt.Errorf("%w: %w", fencelock.ErrInvalid, err)
+	}
+	return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
+}
+
+// ttlSeconds rounds a TTL up to the whole seconds a lease has.
+func ttlSeconds(ttl time.Duration) int { return int((ttl + time.Second - 1) / time.Second) }

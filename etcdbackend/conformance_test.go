@@ -1,0 +1,34 @@
+package etcdbackend_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/etcdbackend"
+	"github.com/fencelock/fencelock/fencelocktest"
+)
+
+func TestConformance(t *testing.T) {
+	admin, cli := newBackend(t, etcd)
+	fencelocktest.Run(t, fencelocktest.Target{
+		New: func(t *testing.T) fencelock.Backend {
+			b, _ := newBackend(t, etcd)
+			return b
+		},
+		TTL: 2 * time.Second,
+		Drop: func(t *testing.T, name string) {
+			ctx := context.Background()
+			info, err := admin.Inspect(ctx, name)
+			if err != nil || !info.Held {
+				t.Fatalf("drop %q: %+v %v", name, info, err)
+			}
+			if _, err := cli.Delete(ctx, admin.Key(name, info.Owner)); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}
+
+var _ = etcdbackend.New

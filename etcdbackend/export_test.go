@@ -1,0 +1,11 @@
+package etcdbackend
+
+// StopKeepAlive stops the keep-alive of every lease of b without revoking it, as if the process
+// had stopped talking to etcd: the leases expire after their TTL.
+func (b *Backend) StopKeepAlive() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.sessions {
+		s.s.Orphan()
+	}
+}

@@ -1,0 +1,225 @@
+// Package etcdserver runs real etcd members in-process, through etcd's embed package, on free
+// loopback ports, for the etcd backend's tests and benchmarks.
+package etcdserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Cluster is one or more etcd members started in this process.
+type Cluster struct {
+	Members   []*Member
+	Endpoints []string
+	dir       string
+}
+
+// Member is one etcd member.
+type Member struct {
+	Name     string
+	Endpoint string // client URL, http://127.0.0.1:port
+	etcd     *embed.Etcd
+	mu       sync.Mutex
+	stopped  bool
+}
+
+// Options configure a cluster.
+type Options struct {
+	// Members is the number of members. Default: 1.
+	Members int
+	// NoFsync turns fsync off (etcd's --unsafe-no-fsync), for benchmarks that want to show what
+	// the disk costs.
+	NoFsync bool
+}
+
+// Start starts a cluster and stops it when the test ends.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	c, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// New starts a cluster; the caller must Close it.
+func New(opts Options) (*Cluster, error) {
+	n := max(opts.Members, 1)
+	dir, err := os.MkdirTemp("", "fencelock-etcd-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{dir: dir}
+	type ports struct{ client, peer *url.URL }
+	var all []ports
+	var initial []string
+	for i := 0; i < n; i++ {
+		cu, err := freeURL()
+		if err != nil {
+			return nil, err
+		}
+		pu, err := freeURL()
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, ports{cu, pu})
+		initial = append(initial, fmt.Sprintf("m%d=%s", i, pu))
+	}
+	cfgs := make([]*embed.Config, n)
+	for i, p := range all {
+		cfg := embed.NewConfig()
+		cfg.Name = fmt.Sprintf("m%d", i)
+		cfg.Dir = fmt.Sprintf("%s/m%d", dir, i)
+		cfg.ListenClientUrls = []url.URL{*p.client}
+		cfg.AdvertiseClientUrls = []url.URL{*p.client}
+		cfg.ListenPeerUrls = []url.URL{*p.peer}
+		cfg.AdvertisePeerUrls = []url.URL{*p.peer}
+		cfg.InitialCluster = strings.Join(initial, ",")
+		cfg.InitialClusterToken = "fencelock-test"
+		cfg.UnsafeNoFsync = opts.NoFsync
+		cfg.LogLevel = "error"
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+		// Fast elections, so that a test that kills the leader waits a second, not ten.
+		cfg.TickMs = 50
+		cfg.ElectionMs = 500
+		cfgs[i] = cfg
+	}
+	// Members of a new cluster wait for each other, so they start together.
+	type started struct {
+		i   int
+		e   *embed.Etcd
+		err error
+	}
+	ch := make(chan started, n)
+	for i, cfg := range cfgs {
+		go func() {
+			e, err := embed.StartEtcd(cfg)
+			ch <- started{i, e, err}
+		}()
+	}
+	c.Members = make([]*Member, n)
+	var errs []error
+	for range cfgs {
+		s := <-ch
+		if s.err != nil {
+			errs = append(errs, s.err)
+			continue
+		}
+		c.Members[s.i] = &Member{Name: cfgs[s.i].Name, Endpoint: all[s.i].client.String(), etcd: s.e}
+	}
+	if len(errs) > 0 {
+		c.Close()
+		return nil, fmt.Errorf("starting etcd: %w", errors.Join(errs...))
+	}
+	for _, m := range c.Members {
+		select {
+		case <-m.etcd.Server.ReadyNotify():
+		case <-time.After(30 * time.Second):
+			c.Close()
+			return nil, errors.New("etcd member not ready after 30s")
+		}
+		c.Endpoints = append(c.Endpoints, m.Endpoint)
+	}
+	return c, nil
+}
+
+func freeURL() (*url.URL, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return url.Parse("http://" + addr)
+}
+
+// Client returns a client of the whole cluster, closed when the test ends.
+func (c *Cluster) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	return c.ClientOf(t, c.Endpoints...)
+}
+
+// ClientOf returns a client of the given endpoints, closed when the test ends.
+func (c *Cluster) ClientOf(t testing.TB, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// Leader returns the member that leads, waiting up to 10s for an election.
+func (c *Cluster) Leader(ctx context.Context) (*Member, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		for _, m := range c.Members {
+			if m.Running() && m.etcd.Server.Leader() == m.etcd.Server.MemberID() {
+				return m, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no leader: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Running reports whether the member has not been stopped.
+func (m *Member) Running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.stopped
+}
+
+// Kill stops the member abruptly, without a graceful leadership transfer.
+func (m *Member) Kill() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		return
+	}
+	m.stopped = true
+	m.etcd.Server.HardStop()
+	m.etcd.Close()
+}
+
+func (m *Member) stop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		return
+	}
+	m.stopped = true
+	m.etcd.Close()
+}
+
+// Close stops every member and removes the data.
+func (c *Cluster) Close() {
+	for _, m := range c.Members {
+		if m != nil {
+			m.stop()
+		}
+	}
+	_ = os.RemoveAll(c.dir)
+}

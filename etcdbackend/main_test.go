@@ -1,0 +1,66 @@
+package etcdbackend_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/etcdbackend"
+	"github.com/fencelock/fencelock/etcdbackend/internal/etcdserver"
+)
+
+// etcd is the single-member cluster shared by the package's tests; each test uses lock names of
+// its own.
+var etcd *etcdserver.Cluster
+
+func TestMain(m *testing.M) {
+	var err error
+	etcd, err = etcdserver.New(etcdserver.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	etcd.Close()
+	if code == 0 {
+		if err := goleak.Find(goleakOptions...); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// goleakOptions ignore the goroutines that etcd's and gRPC's packages start once per process.
+var goleakOptions = []goleak.Option{
+	goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+	goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+	goleak.IgnoreAnyFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
+	goleak.IgnoreAnyFunction("go.etcd.io/etcd/pkg/v3/traceutil"),
+}
+
+// newBackend returns a Backend on its own client, both closed when the test ends.
+func newBackend(t testing.TB, c *etcdserver.Cluster, opts ...etcdbackend.Option) (*etcdbackend.Backend, *clientv3.Client) {
+	cli := c.Client(t)
+	b := etcdbackend.New(cli, opts...)
+	t.Cleanup(func() { _ = b.Close() })
+	return b, cli
+}
+
+func newLocker(t testing.TB, b fencelock.Backend) *fencelock.Client {
+	c := fencelock.New(b, fencelock.WithDefaults(fencelock.WithTTL(2*time.Second)))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func bounded(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,145 @@
+package etcdbackend
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock"
+)
+
+// maxTxnOps is etcd's default limit of operations in one transaction.
+const maxTxnOps = 128
+
+// Renew implements fencelock.Backend. etcd's keep-alive extends the leases in the background;
+// Renew confirms, in one transaction per 128 locks, that each lock's key still exists, and asks
+// each lease how long it has left, which becomes the lock's validity.
+func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
+	out := make([]fencelock.Renewal, len(leases))
+	confirmed := map[clientv3.LeaseID]error{}
+	validity := map[clientv3.LeaseID]time.Duration{}
+	for lo := 0; lo < len(leases); lo += maxTxnOps {
+		batch := leases[lo:min(lo+maxTxnOps, len(leases))]
+		ops := make([]clientv3.Op, 0, len(batch))
+		for i, l := range batch {
+			if out[lo+i].Err = b.usable(l.Name); out[lo+i].Err == nil {
+				ops = append(ops, clientv3.OpGet(b.Key(l.Name, l.Owner), clientv3.WithKeysOnly()))
+			}
+		}
+		if len(ops) == 0 {
+			continue
+		}
+		resp, err := b.c.Txn(ctx).Then(ops...).Commit()
+		k := 0
+		for i, l := range batch {
+			r := &out[lo+i]
+			if r.Err != nil {
+				continue
+			}
+			if err != nil {
+				r.Err = classify(err)
+				continue
+			}
+			kvs := resp.Responses[k].GetResponseRange().Kvs
+			k++
+			if len(kvs) == 0 {
+				r.Err = fmt.Errorf("%w: the key of %q is gone from etcd (lease expired or key deleted)", fencelock.ErrNotHeld, l.Name)
+				continue
+			}
+			id := clientv3.LeaseID(kvs[0].Lease)
+			if _, done := confirmed[id]; !done {
+				s := b.sessionOf(id)
+				if s == nil {
+					confirmed[id] = fmt.Errorf("%w: the lease of %q is not this backend's", fencelock.ErrNotHeld, l.Name)
+				} else {
+					validity[id], confirmed[id] = s.confirm(ctx, b.c)
+				}
+			}
+			r.Err, r.Validity = confirmed[id], validity[id]
+		}
+	}
+	return out
+}
+
+// Release implements fencelock.Backend. The last hold deletes the key in one transaction that
+// compares its value; other holds rewrite the value in a transaction that compares the key's
+// create and mod revisions.
+func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+	if err := b.usable(lease.Name); err != nil {
+		return 0, err
+	}
+	key := b.Key(lease.Name, lease.Owner)
+	resp, err := b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(key), "=", holds{hold}.encode())).
+		Then(clientv3.OpDelete(key)).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	for {
+		if err != nil {
+			return 0, classify(err)
+		}
+		if resp.Succeeded {
+			return 0, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return 0, fmt.Errorf("%w: %q is not held by this owner in etcd", fencelock.ErrNotHeld, lease.Name)
+		}
+		kv := kvs[0]
+		h, err := decodeHolds(kv.Value)
+		if err != nil {
+			return 0, err
+		}
+		if !h.has(hold) {
+			return len(h), nil // released already: a retry
+		}
+		rest := h.without(hold)
+		op := clientv3.OpDelete(key)
+		if len(rest) > 0 {
+			op = clientv3.OpPut(key, rest.encode(), clientv3.WithIgnoreLease())
+		}
+		resp, err = b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
+				clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+			Then(op).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err == nil && resp.Succeeded {
+			return len(rest), nil
+		}
+	}
+}
+
+// Inspect implements fencelock.Backend.
+func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, error) {
+	if err := b.usable(name); err != nil {
+		return fencelock.Info{}, err
+	}
+	pfx := b.queuePrefix(name)
+	resp, err := b.c.Get(ctx, pfx, clientv3.WithFirstCreate()...)
+	if err != nil {
+		return fencelock.Info{}, classify(err)
+	}
+	info := fencelock.Info{Name: name}
+	if len(resp.Kvs) == 0 {
+		return info, nil
+	}
+	kv := resp.Kvs[0]
+	h, err := decodeHolds(kv.Value)
+	if err != nil {
+		return info, err
+	}
+	info.Held = true
+	info.Owner = strings.TrimPrefix(string(kv.Key), pfx)
+	info.Count = len(h)
+	info.Token = kv.CreateRevision
+	if kv.Lease != 0 {
+		if ttl, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && ttl.TTL > 0 {
+			info.Remaining = time.Duration(ttl.TTL) * time.Second
+		}
+	}
+	return info, nil
+}
