@@ -26,7 +26,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 		ops := make([]clientv3.Op, 0, len(batch))
 		for i, l := range batch {
 			if out[lo+i].Err = b.usable(l.Name); out[lo+i].Err == nil {
-				ops = append(ops, clientv3.OpGet(b.Key(l.Name, l.Owner), clientv3.WithKeysOnly()))
+				ops = append(ops, clientv3.OpGet(b.Key(l.Name, l.Owner)))
 			}
 		}
 		if len(ops) == 0 {

@@ -29,6 +29,7 @@ type Target struct {
 func Run(t *testing.T, target Target) {
 	s := suite{Target: target}
 	t.Run("TryObtainFailsWhileHeld", s.tryObtainFailsWhileHeld)
+	t.Run("WatchdogKeepsLock", s.watchdogKeepsLock)
 	t.Run("ObtainWaitsForRelease", s.obtainWaitsForRelease)
 	t.Run("ObtainContextEnds", s.obtainContextEnds)
 	t.Run("Do", s.do)
@@ -98,6 +99,27 @@ func (s suite) tryObtainFailsWhileHeld(t *testing.T) {
 		t.Fatalf("token %d after %d", second.Token(), first.Token())
 	}
 	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Work that runs several TTLs keeps the lock.
+func (s suite) watchdogKeepsLock(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	c, other := s.client(t), s.client(t)
+	name := s.name(t)
+	lock, err := c.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * s.TTL)
+	if err := lock.Context().Err(); err != nil {
+		t.Fatalf("lost after 3 TTLs: %v", err)
+	}
+	if _, err := other.TryObtain(ctx, name); !errors.Is(err, fencelock.ErrNotObtained) {
+		t.Fatalf("another client got the lock: %v", err)
+	}
+	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
