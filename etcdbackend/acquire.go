@@ -52,7 +52,7 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 	first := clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)
 	resp, err := b.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, holds{req.Hold}.encode(), clientv3.WithLease(s.s.Lease())), first).
+		Then(clientv3.OpPut(key, holds{req.Hold}.encode(), clientv3.WithLease(s.id)), first).
 		Else(clientv3.OpGet(key), first).
 		Commit()
 	if err != nil {
@@ -193,7 +193,7 @@ func (b *Backend) waitDelete(ctx context.Context, s *session, key string, from i
 					return nil
 				}
 			}
-		case <-s.s.Done():
+		case <-s.done:
 			return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
 		case <-ctx.Done():
 			return ctx.Err()

@@ -72,7 +72,7 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	var errs []error
 	for _, s := range sessions {
-		if err := s.s.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		if err := s.revoke(); err != nil {
 			errs = append(errs, err)
 		}
 	}

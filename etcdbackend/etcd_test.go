@@ -277,3 +277,28 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("unreachable cluster: %v", err)
 	}
 }
+
+// A lock obtained long after its lease was granted is trusted for as long as the lease's last
+// keep-alive vouches, not for what was left of the first grant.
+func TestValidityAfterIdleLease(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	b, _ := newBackend(t, etcd)
+	c := newLocker(t, b)
+	first, err := c.Obtain(ctx, "idle-lease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Release(ctx)
+	time.Sleep(3 * time.Second) // longer than the 2s lease: only keep-alives keep it
+	lock, err := c.Obtain(ctx, "idle-lease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	if left := time.Until(lock.ValidUntil()); left < time.Second {
+		t.Fatalf("a fresh lock on a kept-alive lease is trusted for %v only", left)
+	}
+	if err := lock.Valid(); err != nil {
+		t.Fatal(err)
+	}
+}

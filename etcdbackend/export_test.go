@@ -4,8 +4,10 @@ package etcdbackend
 // had stopped talking to etcd: the leases expire after their TTL.
 func (b *Backend) StopKeepAlive() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, s := range b.sessions {
-		s.s.Orphan()
+	sessions := b.sessions
+	b.mu.Unlock()
+	for _, s := range sessions {
+		s.stop()
+		<-s.exited
 	}
 }

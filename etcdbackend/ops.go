@@ -14,13 +14,11 @@ import (
 // maxTxnOps is etcd's default limit of operations in one transaction.
 const maxTxnOps = 128
 
-// Renew implements fencelock.Backend. etcd's keep-alive extends the leases in the background;
-// Renew confirms, in one transaction per 128 locks, that each lock's key still exists, and asks
-// each lease how long it has left, which becomes the lock's validity.
+// Renew implements fencelock.Backend. The Backend's keep-alive extends the leases in the
+// background; Renew confirms, in one transaction per 128 locks, that each lock's key still
+// exists, and the lock's validity is what its lease's last keep-alive vouched for.
 func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
 	out := make([]fencelock.Renewal, len(leases))
-	confirmed := map[clientv3.LeaseID]error{}
-	validity := map[clientv3.LeaseID]time.Duration{}
 	for lo := 0; lo < len(leases); lo += maxTxnOps {
 		batch := leases[lo:min(lo+maxTxnOps, len(leases))]
 		ops := make([]clientv3.Op, 0, len(batch))
@@ -32,6 +30,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 		if len(ops) == 0 {
 			continue
 		}
+		sent := time.Now()
 		resp, err := b.c.Txn(ctx).Then(ops...).Commit()
 		k := 0
 		for i, l := range batch {
@@ -49,16 +48,14 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 				r.Err = fmt.Errorf("%w: the key of %q is gone from etcd (lease expired or key deleted)", fencelock.ErrNotHeld, l.Name)
 				continue
 			}
-			id := clientv3.LeaseID(kvs[0].Lease)
-			if _, done := confirmed[id]; !done {
-				s := b.sessionOf(id)
-				if s == nil {
-					confirmed[id] = fmt.Errorf("%w: the lease of %q is not this backend's", fencelock.ErrNotHeld, l.Name)
-				} else {
-					validity[id], confirmed[id] = s.confirm(ctx, b.c)
-				}
+			s := b.sessionOf(clientv3.LeaseID(kvs[0].Lease))
+			if s == nil || s.expired() {
+				r.Err = fmt.Errorf("%w: the lease of %q expired", fencelock.ErrNotHeld, l.Name)
+				continue
 			}
-			r.Err, r.Validity = confirmed[id], validity[id]
+			if r.Validity = s.validity(sent); r.Validity <= 0 {
+				r.Err = fmt.Errorf("%w: no keep-alive of the lease of %q was confirmed in time", fencelock.ErrUnavailable, l.Name)
+			}
 		}
 	}
 	return out

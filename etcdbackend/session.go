@@ -7,18 +7,30 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fencelock/fencelock"
 )
 
-// session is one lease and its keep-alive, shared by every lock of one TTL.
+// session is one lease and the goroutine that keeps it alive, shared by every lock of one TTL.
+//
+// It sends its own keep-alives (KeepAliveOnce every third of the TTL) rather than using etcd's
+// concurrency.Session, because it must know when each keep-alive was sent: the lease lives at
+// least until that moment plus the TTL the server answered with, and that is how long the
+// Client may trust the locks on it.
 type session struct {
-	s *concurrency.Session
+	c    *clientv3.Client
+	id   clientv3.LeaseID
+	ttl  time.Duration
+	done chan struct{} // closed when the lease is gone, or no longer known to live
 
-	mu         sync.Mutex // guards validUntil
+	stop   context.CancelFunc
+	exited chan struct{}
+
+	mu         sync.Mutex // guards validUntil and ended
 	validUntil time.Time  // a lower bound of the lease's expiry, on this process's monotonic clock
+	ended      bool
 }
 
 // session returns the live session for ttl, granting a lease when there is none.
@@ -35,77 +47,131 @@ func (b *Backend) session(ctx context.Context, ttl time.Duration) (*session, err
 	}
 	b.mu.Unlock()
 
-	// Grant under the caller's context, so that an unreachable cluster does not hold it up;
-	// the keep-alive then runs under the Backend's.
+	// Grant under the caller's context, so that an unreachable cluster does not hold it up.
 	sent := time.Now()
 	lease, err := b.c.Grant(ctx, int64(secs))
 	if err != nil {
 		return nil, classify(err)
 	}
-	cs, err := concurrency.NewSession(b.c, concurrency.WithLease(lease.ID), concurrency.WithTTL(secs), concurrency.WithContext(b.ctx))
-	if err != nil {
-		_, _ = b.c.Revoke(context.WithoutCancel(ctx), lease.ID)
-		return nil, classify(err)
+	s := &session{
+		c: b.c, id: lease.ID, ttl: time.Duration(lease.TTL) * time.Second,
+		done: make(chan struct{}), exited: make(chan struct{}),
+		validUntil: sent.Add(time.Duration(lease.TTL) * time.Second),
 	}
-	s := &session{s: cs, validUntil: sent.Add(time.Duration(lease.TTL) * time.Second)}
 
 	b.mu.Lock()
-	if old := b.sessions[secs]; old != nil && !old.expired() || b.closed {
+	if old := b.sessions[secs]; (old != nil && !old.expired()) || b.closed {
 		// Another goroutine granted one meanwhile, or the Backend closed: keep one lease.
+		closed := b.closed
 		b.mu.Unlock()
-		_ = cs.Close()
-		if b.closed {
+		s.revoke()
+		if closed {
 			return nil, fmt.Errorf("%w: backend closed", fencelock.ErrUnavailable)
 		}
 		return old, nil
 	}
+	var kctx context.Context
+	kctx, s.stop = context.WithCancel(b.ctx)
 	b.sessions[secs] = s
 	b.mu.Unlock()
+	go s.keepAlive(kctx)
 	return s, nil
+}
+
+func (s *session) keepAlive(ctx context.Context) {
+	defer close(s.exited)
+	interval := max(s.ttl/3, 100*time.Millisecond)
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		sent := time.Now()
+		kctx, cancel := context.WithTimeout(ctx, interval)
+		resp, err := s.c.KeepAliveOnce(kctx, s.id)
+		cancel()
+		switch {
+		case err == nil && resp.TTL > 0:
+			s.extend(sent, time.Duration(resp.TTL)*time.Second)
+			timer.Reset(interval)
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, rpctypes.ErrLeaseNotFound), err == nil:
+			s.end() // the server says the lease is gone
+			return
+		default:
+			if s.validity(time.Now()) <= 0 {
+				s.end() // it may still live, but nothing vouches for it any more
+				return
+			}
+			timer.Reset(min(interval/4, 250*time.Millisecond))
+		}
+	}
+}
+
+func (s *session) extend(sent time.Time, ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if u := sent.Add(ttl); u.After(s.validUntil) {
+		s.validUntil = u
+	}
+}
+
+func (s *session) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended {
+		s.ended = true
+		close(s.done)
+	}
 }
 
 func (s *session) expired() bool {
 	select {
-	case <-s.s.Done():
+	case <-s.done:
 		return true
 	default:
-		return false
+		return s.validity(time.Now()) <= 0
 	}
 }
 
-// validity is how long after sent the lease is known to live.
-func (s *session) validity(sent time.Time) time.Duration {
+// validity is how long after t the lease is known to live.
+func (s *session) validity(t time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.validUntil.Sub(sent)
+	return s.validUntil.Sub(t)
 }
 
-// confirm asks the cluster how long the lease has left and records it. It fails with
-// ErrNotHeld when the lease is gone.
-func (s *session) confirm(ctx context.Context, c *clientv3.Client) (time.Duration, error) {
-	sent := time.Now()
-	resp, err := c.TimeToLive(ctx, s.s.Lease())
-	if err != nil {
-		return 0, classify(err)
+// halt stops the keep-alive and waits until it has stopped.
+func (s *session) halt() {
+	if s.stop != nil {
+		s.stop()
+		<-s.exited
 	}
-	if resp.TTL <= 0 {
-		return 0, fmt.Errorf("%w: lease %x expired", fencelock.ErrNotHeld, s.s.Lease())
-	}
-	v := time.Duration(resp.TTL) * time.Second
-	s.mu.Lock()
-	if u := sent.Add(v); u.After(s.validUntil) {
-		s.validUntil = u
-	}
-	s.mu.Unlock()
-	return v, nil
+	s.end()
 }
 
-// sessionOf returns the live session that owns lease id.
+// revoke stops the keep-alive and revokes the lease, deleting the keys on it.
+func (s *session) revoke() error {
+	s.halt()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := s.c.Revoke(ctx, s.id)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil
+	}
+	return err
+}
+
+// sessionOf returns the session that owns lease id, if this Backend granted it.
 func (b *Backend) sessionOf(id clientv3.LeaseID) *session {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, s := range b.sessions {
-		if s.s.Lease() == id {
+		if s.id == id {
 			return s
 		}
 	}
@@ -122,7 +188,7 @@ func (b *Backend) dropSession(s *session) {
 		}
 	}
 	b.mu.Unlock()
-	s.s.Orphan()
+	s.halt()
 }
 
 var errSessionExpired = errors.New("fencelock/etcd: the lease expired while waiting")

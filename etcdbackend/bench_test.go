@@ -1,0 +1,153 @@
+package etcdbackend_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/etcdbackend"
+	"github.com/fencelock/fencelock/etcdbackend/internal/etcdserver"
+)
+
+// fsyncModes are the two ways the benchmarks run etcd: as deployed (fsync on) and with etcd's
+// unsafe no-fsync setting, to show what the disk costs.
+var fsyncModes = []struct {
+	name    string
+	noFsync bool
+}{{"fsync", false}, {"no-fsync", true}}
+
+func p50(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+// BenchmarkVersusMutex interleaves, in every iteration, one lock+unlock through fencelock and
+// one through etcd's own concurrency.Mutex on the same cluster, and reports both medians and
+// their ratio.
+func BenchmarkVersusMutex(b *testing.B) {
+	for _, mode := range fsyncModes {
+		b.Run(mode.name, func(b *testing.B) {
+			ctx := context.Background()
+			cluster := etcdserver.Start(b, etcdserver.Options{NoFsync: mode.noFsync})
+			be, cli := newBackend(b, cluster)
+			locker := newLocker(b, be)
+			sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sess.Close()
+			mu := concurrency.NewMutex(sess, "/bench/mutex")
+			var ours, theirs []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				if err := mu.Lock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := mu.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				lock, err := locker.Obtain(ctx, "bench-ours", fencelock.WithTTL(10*time.Second))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lock.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+				t2 := time.Now()
+				theirs, ours = append(theirs, t1.Sub(t0)), append(ours, t2.Sub(t1))
+			}
+			o, m := p50(ours), p50(theirs)
+			b.ReportMetric(float64(o.Microseconds()), "fencelock-p50-µs")
+			b.ReportMetric(float64(m.Microseconds()), "mutex-p50-µs")
+			b.ReportMetric(float64(o)/float64(m), "ratio")
+		})
+	}
+}
+
+// BenchmarkHandoff measures how soon a waiter blocked in Obtain (or Mutex.Lock) holds the lock
+// after the holder's release returned.
+func BenchmarkHandoff(b *testing.B) {
+	for _, mode := range fsyncModes {
+		b.Run(mode.name, func(b *testing.B) {
+			ctx := context.Background()
+			cluster := etcdserver.Start(b, etcdserver.Options{NoFsync: mode.noFsync})
+			b.Run("fencelock", func(b *testing.B) {
+				hb, _ := newBackend(b, cluster)
+				wb, _ := newBackend(b, cluster)
+				holder, waiter := newLocker(b, hb), newLocker(b, wb)
+				var handoffs []time.Duration
+				for b.Loop() {
+					lock, err := holder.Obtain(ctx, "bench-handoff")
+					if err != nil {
+						b.Fatal(err)
+					}
+					got := make(chan time.Time, 1)
+					go func() {
+						l, err := waiter.Obtain(ctx, "bench-handoff")
+						at := time.Now()
+						if err != nil {
+							b.Error(err)
+						} else {
+							_ = l.Release(ctx)
+						}
+						got <- at
+					}()
+					time.Sleep(5 * time.Millisecond) // the waiter is queued and watching
+					if err := lock.Release(ctx); err != nil {
+						b.Fatal(err)
+					}
+					released := time.Now()
+					handoffs = append(handoffs, max((<-got).Sub(released), 0))
+				}
+				b.ReportMetric(float64(p50(handoffs).Microseconds()), "p50-µs")
+			})
+			b.Run("mutex", func(b *testing.B) {
+				_, hc := newBackend(b, cluster)
+				_, wc := newBackend(b, cluster)
+				hs, err := concurrency.NewSession(hc, concurrency.WithTTL(10))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer hs.Close()
+				ws, err := concurrency.NewSession(wc, concurrency.WithTTL(10))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer ws.Close()
+				var handoffs []time.Duration
+				for b.Loop() {
+					hm := concurrency.NewMutex(hs, "/bench/handoff")
+					if err := hm.Lock(ctx); err != nil {
+						b.Fatal(err)
+					}
+					got := make(chan time.Time, 1)
+					go func() {
+						wm := concurrency.NewMutex(ws, "/bench/handoff")
+						err := wm.Lock(ctx)
+						at := time.Now()
+						if err != nil {
+							b.Error(err)
+						} else {
+							_ = wm.Unlock(ctx)
+						}
+						got <- at
+					}()
+					time.Sleep(5 * time.Millisecond)
+					if err := hm.Unlock(ctx); err != nil {
+						b.Fatal(err)
+					}
+					released := time.Now()
+					handoffs = append(handoffs, max((<-got).Sub(released), 0))
+				}
+				b.ReportMetric(float64(p50(handoffs).Microseconds()), "p50-µs")
+			})
+		})
+	}
+}
+
+var _ = etcdbackend.New
