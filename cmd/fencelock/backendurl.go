@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/etcdbackend"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+const defaultBackend = "redis://127.0.0.1:6379"
+
+// store is an opened backend and what it was opened from.
+type store struct {
+	backend fencelock.Backend
+	kind    string // redis, redis+sentinel, redis+cluster, etcd, zk
+	redis   redis.UniversalClient
+	etcd    *clientv3.Client
+	url     string // redacted
+	close   func() error
+}
+
+// openStore connects to the backend named by raw. Errors never contain the credentials.
+func openStore(raw string) (*store, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, exitf(exitUsage, "backend URL %q: %v", redactRaw(raw), errors.Unwrap(err))
+	}
+	s := &store{kind: u.Scheme, url: redact(u)}
+	switch u.Scheme {
+	case "redis", "rediss":
+		opts, err := redis.ParseURL(raw)
+		if err != nil {
+			return nil, exitf(exitUsage, "backend URL %s: %v", s.url, err)
+		}
+		opts.ContextTimeoutEnabled = true
+		c := redis.NewClient(opts)
+		s.redis, s.close = c, c.Close
+		s.backend = redisbackend.New(c)
+	case "redis+sentinel":
+		hosts, rest := u.Host, strings.Trim(u.Path, "/")
+		parts := strings.Split(rest, "/")
+		if hosts == "" || parts[0] == "" {
+			return nil, exitf(exitUsage, "backend URL %s: want redis+sentinel://host:port[,host:port]/master[/db]", s.url)
+		}
+		db := 0
+		if len(parts) > 1 {
+			if db, err = strconv.Atoi(parts[1]); err != nil {
+				return nil, exitf(exitUsage, "backend URL %s: database %q is not a number", s.url, parts[1])
+			}
+		}
+		pass, _ := u.User.Password()
+		if pass == "" && u.User != nil {
+			pass = u.User.Username()
+		}
+		c := redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: parts[0], SentinelAddrs: strings.Split(hosts, ","), Password: pass, DB: db,
+			ContextTimeoutEnabled: true,
+		})
+		s.redis, s.close = c, c.Close
+		s.backend = redisbackend.New(c)
+	case "redis+cluster":
+		if u.Host == "" {
+			return nil, exitf(exitUsage, "backend URL %s: want redis+cluster://host:port[,host:port]", s.url)
+		}
+		pass, _ := u.User.Password()
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(u.Host, ","), Password: pass, ContextTimeoutEnabled: true})
+		s.redis, s.close = c, c.Close
+		s.backend = redisbackend.New(c)
+	case "etcd", "etcds":
+		if u.Host == "" {
+			return nil, exitf(exitUsage, "backend URL %s: want etcd://host:port[,host:port]", s.url)
+		}
+		cfg := clientv3.Config{Endpoints: strings.Split(u.Host, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+		if u.User != nil {
+			cfg.Username = u.User.Username()
+			cfg.Password, _ = u.User.Password()
+		}
+		if u.Scheme == "etcds" {
+			cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		c, err := clientv3.New(cfg)
+		if err != nil {
+			return nil, exitf(exitFailure, "backend %s: %v", s.url, err)
+		}
+		b := etcdbackend.New(c)
+		s.etcd, s.backend = c, b
+		s.close = func() error { return errors.Join(b.Close(), c.Close()) }
+	case "zk", "redlock":
+		return nil, exitf(exitUsage, "backend URL %s: the %s backend is not built into this fencelock yet", s.url, u.Scheme)
+	case "":
+		return nil, exitf(exitUsage, "backend URL %q has no scheme: want redis://, redis+sentinel://, redis+cluster://, etcd:// or zk://", redactRaw(raw))
+	default:
+		return nil, exitf(exitUsage, "backend URL %s: unknown scheme %q: want redis://, rediss://, redis+sentinel://, redis+cluster://, etcd:// or zk://", s.url, u.Scheme)
+	}
+	return s, nil
+}
+
+// ping checks that the backend answers, so that a wrong address fails with one clear line.
+func (s *store) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var err error
+	switch {
+	case s.redis != nil:
+		err = s.redis.Ping(ctx).Err()
+	case s.etcd != nil:
+		_, err = s.etcd.Get(ctx, "fencelock-ping", clientv3.WithCountOnly())
+	}
+	if err != nil {
+		return exitf(exitFailure, "backend %s does not answer: %v", s.url, err)
+	}
+	return nil
+}
+
+// redact hides the password of a URL.
+func redact(u *url.URL) string {
+	if u.User == nil {
+		return u.String()
+	}
+	c := *u
+	if _, ok := u.User.Password(); ok {
+		c.User = url.UserPassword(u.User.Username(), "xxxxx")
+	} else {
+		c.User = url.User("xxxxx") // a lone user part is a password in redis+sentinel URLs
+	}
+	return c.String()
+}
+
+// redactRaw hides everything between "//" and "@" of a URL that did not parse.
+func redactRaw(raw string) string {
+	if i := strings.Index(raw, "//"); i >= 0 {
+		if j := strings.LastIndex(raw, "@"); j > i {
+			return raw[:i+2] + "xxxxx" + raw[j:]
+		}
+	}
+	return raw
+}
+
+// errorExit maps a library error to an exit code.
+func errorExit(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fencelock.ErrInvalid):
+		return &exitError{code: exitUsage, err: err}
+	case errors.Is(err, fencelock.ErrNotObtained):
+		return &exitError{code: exitConflict, err: err}
+	case errors.Is(err, fencelock.ErrLost):
+		return &exitError{code: exitLost, err: err}
+	}
+	return &exitError{code: exitFailure, err: fmt.Errorf("%w", err)}
+}
