@@ -49,6 +49,20 @@ type Queue interface {
 	AcquireQueued(ctx context.Context, req Request) (Grant, error)
 }
 
+// Lister is implemented by backends that can enumerate the locks held now.
+type Lister interface {
+	// List returns the held locks whose names start with prefix, in no particular order.
+	List(ctx context.Context, prefix string) ([]Info, error)
+}
+
+// ForceReleaser is implemented by backends that let an operator remove a lock whoever holds
+// it. The holder learns at its next renewal that it lost the lock.
+type ForceReleaser interface {
+	// ForceRelease removes the current hold of name and returns what it removed; Info.Held is
+	// false when the lock was free.
+	ForceRelease(ctx context.Context, name string) (Info, error)
+}
+
 // Request is one acquisition attempt.
 type Request struct {
 	Name string

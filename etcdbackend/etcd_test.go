@@ -302,3 +302,40 @@ func TestValidityAfterIdleLease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestListAndForceRelease(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	b, _ := newBackend(t, etcd)
+	c := newLocker(t, b)
+	var held []*fencelock.Lock
+	for _, name := range []string{"list/a", "list/b", "list%c", "other"} {
+		l, err := c.Obtain(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	infos, err := b.List(ctx, "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, i := range infos {
+		got[i.Name] = true
+	}
+	if len(got) != 3 || !got["list/a"] || !got["list/b"] || !got["list%c"] {
+		t.Fatalf("List(list) = %v", infos)
+	}
+	info, err := b.ForceRelease(ctx, "list/a")
+	if err != nil || !info.Held || info.Token != held[0].Token() {
+		t.Fatalf("force release: %+v %v", info, err)
+	}
+	select {
+	case <-held[0].Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder of a force-released lock was not told")
+	}
+	for _, l := range held[1:] {
+		_ = l.Release(ctx)
+	}
+}

@@ -15,9 +15,12 @@ var (
 	releaseSrc string
 	//go:embed inspect.lua
 	inspectSrc string
+	//go:embed force.lua
+	forceSrc string
 
 	acquireScript = redis.NewScript(acquireSrc)
 	renewScript   = redis.NewScript(renewSrc)
 	releaseScript = redis.NewScript(releaseSrc)
 	inspectScript = redis.NewScript(inspectSrc)
+	forceScript   = redis.NewScript(forceSrc)
 )

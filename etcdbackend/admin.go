@@ -1,0 +1,73 @@
+package etcdbackend
+
+import (
+	"context"
+	"net/url"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock"
+)
+
+var (
+	_ fencelock.Lister        = (*Backend)(nil)
+	_ fencelock.ForceReleaser = (*Backend)(nil)
+)
+
+// List implements fencelock.Lister: the locks with a key in their queue whose names start with
+// prefix.
+func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	// PathEscape maps each character on its own, so the escaped prefix is a prefix of every
+	// escaped name that starts with prefix.
+	resp, err := b.c.Get(ctx, b.prefix+url.PathEscape(prefix), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, classify(err)
+	}
+	seen := map[string]bool{}
+	var out []fencelock.Info
+	for _, kv := range resp.Kvs {
+		rest := strings.TrimPrefix(string(kv.Key), b.prefix)
+		i := strings.LastIndexByte(rest, '/')
+		if i < 0 {
+			continue
+		}
+		name, err := url.PathUnescape(rest[:i])
+		if err != nil || seen[name] || !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		seen[name] = true
+		info, err := b.Inspect(ctx, name)
+		if err != nil {
+			return out, err
+		}
+		if info.Held {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
+
+// ForceRelease implements fencelock.ForceReleaser: it deletes the holder's key, if it is still
+// the holder the operator saw; the next waiter in the queue then holds the lock.
+func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info, error) {
+	info, err := b.Inspect(ctx, name)
+	if err != nil || !info.Held {
+		return info, err
+	}
+	key := b.Key(name, info.Owner)
+	resp, err := b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", info.Token)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	if err != nil {
+		return info, classify(err)
+	}
+	if !resp.Succeeded {
+		return fencelock.Info{Name: name}, nil
+	}
+	return info, nil
+}
