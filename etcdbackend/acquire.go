@@ -147,11 +147,7 @@ func (b *Backend) leave(ctx context.Context, key string, rev int64) {
 }
 
 // waitTurn waits until no key of the queue was created before the waiter's, watching only the
-// key just before it. Each watch starts at the revision after the read that found the
-// predecessor: a deletion after the read is seen by the watch, one before it by the read, and a
-// watch that starts at the next revision is in sync from the start (one from an older revision
-// waits for the server's periodic catch-up). It returns when the read that found no
-// predecessor was sent.
+// key just before it. It returns when the read that found no predecessor was sent.
 func (b *Backend) waitTurn(ctx context.Context, s *session, pfx, key string, rev int64) (time.Time, error) {
 	for {
 		sent := time.Now()
@@ -169,24 +165,38 @@ func (b *Backend) waitTurn(ctx context.Context, s *session, pfx, key string, rev
 		if len(preds) == 0 {
 			return sent, nil
 		}
-		if err := b.waitDelete(ctx, s, string(preds[0].Key), resp.Header.Revision+1); err != nil {
+		if err := b.waitDelete(ctx, s, string(preds[0].Key), resp.Header.Revision); err != nil {
 			return sent, err
 		}
 	}
 }
 
-func (b *Backend) waitDelete(ctx context.Context, s *session, key string, from int64) error {
+// waitDelete waits until key, which existed at revision seen, is deleted.
+//
+// The watch starts at the current revision, never at an older one: etcd serves a watch that
+// starts in the past from a catch-up loop that runs every 100 ms, and hands it no new event
+// until it caught up — which is why a waiter of etcd's own Mutex takes about 100 ms to learn of
+// a release. Starting at seen+1 is not enough on a busy cluster, where other writes move the
+// revision on between the read and the watch. A deletion between the read and the watch's
+// creation is caught by reading the key again once the watch exists.
+func (b *Backend) waitDelete(ctx context.Context, s *session, key string, seen int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := b.c.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut())
+	wch := b.c.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	for {
 		select {
 		case wr, ok := <-wch:
-			if !ok {
-				return nil // the watch broke: read again
+			if !ok || wr.Err() != nil {
+				return nil // the watch broke: the caller reads again
 			}
-			if err := wr.Err(); err != nil {
-				return nil
+			if wr.Created && wr.Header.Revision > seen {
+				resp, err := b.c.Get(ctx, key, clientv3.WithCountOnly())
+				if err != nil {
+					return classify(err)
+				}
+				if resp.Count == 0 {
+					return nil
+				}
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
