@@ -15,8 +15,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 )
 
@@ -24,6 +26,7 @@ import (
 var version = "dev"
 
 func main() {
+	redis.SetLogger(quietLogger{})
 	os.Exit(execute(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -40,14 +43,25 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var ex *exitError
 	if errors.As(err, &ex) {
 		if ex.err != nil {
-			fmt.Fprintln(stderr, "fencelock:", ex.err)
+			printError(stderr, ex.err)
 		}
 		return ex.code
 	}
 	// Cobra's own errors: unknown command or flag, wrong number of arguments.
-	fmt.Fprintln(stderr, "fencelock:", err)
+	printError(stderr, err)
 	return exitUsage
 }
+
+// printError prints one line, prefixed once with the command's name.
+func printError(w io.Writer, err error) {
+	msg := strings.TrimPrefix(err.Error(), "fencelock: ")
+	fmt.Fprintln(w, "fencelock:", strings.ReplaceAll(msg, "\n", "; "))
+}
+
+// quietLogger keeps go-redis from logging its retries: fencelock reports errors itself.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // globals are the flags every command shares.
 type globals struct {

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+func redisEnv(t *testing.T) (*testserver.Redis, []string) {
+	r := testserver.StartRedis(t)
+	return r, []string{"FENCELOCK_BACKEND=redis://" + r.Addr}
+}
+
+// Two run processes on one name never hold it at once: each child stamps its start and stop
+// into a file, and no two intervals overlap.
+func TestRunExcludes(t *testing.T) {
+	_, env := redisEnv(t)
+	stamps := filepath.Join(t.TempDir(), "stamps")
+	script := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s; sleep 0.2; echo "stop $(date +%%s%%N)" >> %[1]s`, stamps)
+	var wg sync.WaitGroup
+	codes := make([]int, 6)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i] = cli(t, 60*time.Second, env, "run", "--wait", "30s", "excl", "--", "sh", "-c", script).code
+		}()
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != 0 {
+			t.Fatalf("run %d exited %d", i, c)
+		}
+	}
+	f, err := os.Open(stamps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	type interval struct{ start, stop int64 }
+	var ivs []interval
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		kind, v, _ := strings.Cut(sc.Text(), " ")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if kind == "start" {
+			ivs = append(ivs, interval{start: n})
+		} else {
+			ivs[len(ivs)-1].stop = n
+		}
+	}
+	if len(ivs) != len(codes) {
+		t.Fatalf("%d intervals, want %d", len(ivs), len(codes))
+	}
+	slices.SortFunc(ivs, func(a, b interval) int { return int(a.start - b.start) })
+	for i := 1; i < len(ivs); i++ {
+		if ivs[i].start < ivs[i-1].stop || ivs[i-1].stop == 0 {
+			t.Fatalf("intervals overlap: %v", ivs)
+		}
+	}
+}
+
+// Without --wait the second run gives up at once with the conflict code, or the one asked for.
+func TestRunConflict(t *testing.T) {
+	r, env := redisEnv(t)
+	holder := startRun(t, env, "run", "busy", "--", "sleep", "30")
+	waitHeld(t, r, "busy")
+	if res := cli(t, 20*time.Second, env, "run", "busy", "--", "true"); res.code != exitConflict || !strings.Contains(res.stderr, "held elsewhere") {
+		t.Fatalf("conflict: code %d, stderr %q", res.code, res.stderr)
+	}
+	if res := cli(t, 20*time.Second, env, "run", "--conflict-exit-code", "9", "busy", "--", "true"); res.code != 9 {
+		t.Fatalf("conflict with a chosen code: %d", res.code)
+	}
+	holder.stop(t)
+}
+
+func TestRunPassesExitCodeAndEnvironment(t *testing.T) {
+	_, env := redisEnv(t)
+	if res := cli(t, 20*time.Second, env, "run", "codes", "--", "sh", "-c", "exit 7"); res.code != 7 {
+		t.Fatalf("exit code %d, want 7", res.code)
+	}
+	res := cli(t, 20*time.Second, env, "run", "envs", "--", "sh", "-c", `echo "$FENCELOCK_NAME $FENCELOCK_TOKEN"`)
+	name, token, _ := strings.Cut(strings.TrimSpace(res.stdout), " ")
+	if res.code != 0 || name != "envs" {
+		t.Fatalf("child saw %q (code %d)", res.stdout, res.code)
+	}
+	if n, err := strconv.ParseInt(token, 10, 64); err != nil || n <= 0 {
+		t.Fatalf("FENCELOCK_TOKEN=%q", token)
+	}
+}
+
+// A signal sent to run reaches the command, and run exits with the command's code.
+func TestRunForwardsSignals(t *testing.T) {
+	r, env := redisEnv(t)
+	p := startRun(t, env, "run", "sig", "--", "sh", "-c", `trap 'echo got-term; exit 3' TERM; while true; do sleep 0.05; done`)
+	waitHeld(t, r, "sig")
+	time.Sleep(200 * time.Millisecond) // the shell has set its trap
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	code := p.wait(t)
+	if code != 3 || !strings.Contains(p.out.String(), "got-term") {
+		t.Fatalf("code %d, output %q", code, p.out.String())
+	}
+	if held(t, r, "sig") {
+		t.Fatal("lock still held after run ended")
+	}
+}
+
+// A lock deleted from under a running command gets the command terminated and run exits 76.
+func TestRunLostLock(t *testing.T) {
+	r, env := redisEnv(t)
+	p := startRun(t, env, "run", "--ttl", "1s", "lost", "--", "sleep", "30")
+	waitHeld(t, r, "lost")
+	rc := r.ClientT(t)
+	if err := rc.Del(context.Background(), redisbackend.New(rc).Key("lost")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(t)
+	if code != exitLost || !strings.Contains(p.errb.String(), "lost") {
+		t.Fatalf("code %d, stderr %q", code, p.errb.String())
+	}
+}
+
+func TestStatusListRelease(t *testing.T) {
+	r, env := redisEnv(t)
+	p := startRun(t, env, "run", "--ttl", "2s", "job:status", "--", "sleep", "30")
+	waitHeld(t, r, "job:status")
+
+	res := cli(t, 20*time.Second, env, "status", "--json", "job:status")
+	var v lockView
+	if err := json.Unmarshal([]byte(res.stdout), &v); err != nil || !v.Held || v.HoldCount != 1 || v.Token <= 0 {
+		t.Fatalf("status: %q %v", res.stdout, err)
+	}
+	if res := cli(t, 20*time.Second, env, "status", "job:status"); !strings.Contains(res.stdout, "held") {
+		t.Fatalf("status table: %q", res.stdout)
+	}
+	res = cli(t, 20*time.Second, env, "list", "--json", "job:")
+	var vs []lockView
+	if err := json.Unmarshal([]byte(res.stdout), &vs); err != nil || len(vs) != 1 || vs[0].Name != "job:status" {
+		t.Fatalf("list: %q %v", res.stdout, err)
+	}
+	if res := cli(t, 20*time.Second, env, "release", "job:status"); res.code != exitUsage || !strings.Contains(res.stderr, "--force") {
+		t.Fatalf("release without --force: %d %q", res.code, res.stderr)
+	}
+	res = cli(t, 20*time.Second, env, "release", "--force", "job:status")
+	if res.code != 0 || !strings.Contains(res.stdout, "removed job:status") || !strings.Contains(res.stdout, fmt.Sprint(v.Token)) {
+		t.Fatalf("release --force: %d %q %q", res.code, res.stdout, res.stderr)
+	}
+	if code := p.wait(t); code != exitLost {
+		t.Fatalf("the run whose lock was removed exited %d, want %d", code, exitLost)
+	}
+	if res := cli(t, 20*time.Second, env, "status", "job:status"); !strings.Contains(res.stdout, "free") {
+		t.Fatalf("status after release: %q", res.stdout)
+	}
+}
+
+func TestRunBadInput(t *testing.T) {
+	_, env := redisEnv(t)
+	notExec := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		code int
+	}{
+		{[]string{"run", "x"}, env, exitUsage},
+		{[]string{"run", "x", "--"}, env, exitUsage},
+		{[]string{"run", "", "--", "true"}, env, exitUsage},
+		{[]string{"run", strings.Repeat("n", maxNameLen+1), "--", "true"}, env, exitUsage},
+		{[]string{"run", "--ttl", "1ms", "x", "--", "true"}, env, exitUsage},
+		{[]string{"run", "x", "--", "/nonexistent/command"}, env, exitNotFound},
+		{[]string{"run", "x", "--", notExec}, env, exitNoExec},
+		{[]string{"--backend", "mongodb://127.0.0.1", "run", "x", "--", "true"}, nil, exitUsage},
+		{[]string{"--backend", "redis://127.0.0.1:1", "run", "x", "--", "true"}, nil, exitFailure},
+		{[]string{"status"}, env, exitUsage},
+		{[]string{"frobnicate"}, env, exitUsage},
+	} {
+		res := cli(t, 30*time.Second, tc.env, tc.args...)
+		lines := strings.Count(strings.TrimSpace(res.stderr), "\n") + 1
+		if res.code != tc.code || lines != 1 || strings.Contains(res.stderr, "goroutine") {
+			t.Errorf("%q: code %d (want %d), stderr %q", tc.args, res.code, tc.code, res.stderr)
+		}
+	}
+}
+
+// running is a run process started in the background.
+type running struct {
+	cmd       *exec.Cmd
+	out, errb *syncWriter
+	done      chan int
+}
+
+func startRun(t *testing.T, env []string, args ...string) *running {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	p := &running{cmd: cmd, out: &syncWriter{w: &strings.Builder{}}, errb: &syncWriter{w: &strings.Builder{}}, done: make(chan int, 1)}
+	cmd.Stdout, cmd.Stderr = p.out, p.errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		p.done <- cmd.ProcessState.ExitCode()
+	}()
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+func (p *running) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case c := <-p.done:
+		p.done <- c
+		return c
+	case <-time.After(30 * time.Second):
+		t.Fatalf("run did not end; stderr %q", p.errb.String())
+		return -1
+	}
+}
+
+func (p *running) stop(t *testing.T) {
+	select {
+	case c := <-p.done:
+		p.done <- c
+	default:
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		p.wait(t)
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
+}
+
+func held(t *testing.T, r *testserver.Redis, name string) bool {
+	rc := r.ClientT(t)
+	return rc.Exists(context.Background(), redisbackend.New(rc).Key(name)).Val() == 1
+}
+
+func waitHeld(t *testing.T, r *testserver.Redis, name string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !held(t, r, name) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%q never held", name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

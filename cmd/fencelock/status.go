@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fencelock/fencelock"
+)
+
+func init() { commands = append(commands, newStatusCmd, newListCmd) }
+
+// lockView is a lock as status, list and release --force show it.
+type lockView struct {
+	Name      string  `json:"name"`
+	Held      bool    `json:"held"`
+	Owner     string  `json:"owner,omitempty"`
+	HoldCount int     `json:"hold_count,omitempty"`
+	Token     int64   `json:"token,omitempty"`
+	TTLLeft   float64 `json:"ttl_left_seconds,omitempty"`
+}
+
+func view(i fencelock.Info) lockView {
+	return lockView{Name: i.Name, Held: i.Held, Owner: i.Owner, HoldCount: i.Count, Token: i.Token, TTLLeft: i.Remaining.Seconds()}
+}
+
+func newStatusCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status NAME",
+		Short: "Show who holds a lock",
+		Long: `Show whether the lock NAME is held, by which owner, how many holds it has, its fencing
+token and how long its TTL has left. For a free lock, the last token issued where the backend
+still knows it.`,
+		Example: `  fencelock status nightly-report
+  fencelock status --json nightly-report | jq .token`,
+		Args: exactArgs(1, "status needs a lock NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkName(args[0]); err != nil {
+				return err
+			}
+			st, err := openStore(g.backendURL())
+			if err != nil {
+				return err
+			}
+			defer st.close()
+			if err := st.ping(cmd.Context()); err != nil {
+				return err
+			}
+			info, err := fencelock.New(st.backend).Inspect(cmd.Context(), args[0])
+			if err != nil {
+				return errorExit(err)
+			}
+			if g.json {
+				return writeJSON(cmd.OutOrStdout(), view(info))
+			}
+			printLocks(cmd.OutOrStdout(), []fencelock.Info{info})
+			return nil
+		},
+	}
+}
+
+func newListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list [PREFIX]",
+		Short: "List the locks held now",
+		Long:  `List the locks held now whose names start with PREFIX (all when it is omitted).`,
+		Example: `  fencelock list
+  fencelock list job: --json`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			st, err := openStore(g.backendURL())
+			if err != nil {
+				return err
+			}
+			defer st.close()
+			if err := st.ping(cmd.Context()); err != nil {
+				return err
+			}
+			lister, ok := st.backend.(fencelock.Lister)
+			if !ok {
+				return exitf(exitUsage, "the %s backend cannot list locks", st.kind)
+			}
+			infos, err := lister.List(cmd.Context(), prefix)
+			if err != nil {
+				return errorExit(err)
+			}
+			slices.SortFunc(infos, func(a, b fencelock.Info) int { return strings.Compare(a.Name, b.Name) })
+			if g.json {
+				views := make([]lockView, 0, len(infos))
+				for _, i := range infos {
+					views = append(views, view(i))
+				}
+				return writeJSON(cmd.OutOrStdout(), views)
+			}
+			if len(infos) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no locks held")
+				return nil
+			}
+			printLocks(cmd.OutOrStdout(), infos)
+			return nil
+		},
+	}
+}
+
+func printLocks(w io.Writer, infos []fencelock.Info) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tOWNER\tHOLDS\tTOKEN\tTTL LEFT")
+	for _, i := range infos {
+		state, ttl, holds := "free", "-", "-"
+		if i.Held {
+			state, holds = "held", fmt.Sprint(i.Count)
+			if i.Remaining > 0 {
+				ttl = i.Remaining.Round(time.Millisecond).String()
+			}
+		}
+		owner := i.Owner
+		if owner == "" {
+			owner = "-"
+		}
+		token := "-"
+		if i.Token != 0 {
+			token = fmt.Sprint(i.Token)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", i.Name, state, owner, holds, token, ttl)
+	}
+	_ = tw.Flush()
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// exactArgs is cobra.ExactArgs with a message that says what to give.
+func exactArgs(n int, msg string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return exitf(exitUsage, "%s (see %s --help)", msg, cmd.CommandPath())
+		}
+		return nil
+	}
+}
