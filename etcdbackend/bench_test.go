@@ -3,6 +3,8 @@ package etcdbackend_test
 import (
 	"context"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,3 +153,61 @@ func BenchmarkHandoff(b *testing.B) {
 }
 
 var _ = etcdbackend.New
+
+// BenchmarkContended runs 8 clients, each with its own backend as separate processes would,
+// taking turns on one lock, and reports owner changes per second and Jain's fairness index of
+// the turns each got.
+func BenchmarkContended(b *testing.B) {
+	for _, mode := range fsyncModes {
+		b.Run(mode.name, func(b *testing.B) {
+			ctx := context.Background()
+			cluster := etcdserver.Start(b, etcdserver.Options{NoFsync: mode.noFsync})
+			const workers = 8
+			lockers := make([]*fencelock.Client, workers)
+			for i := range lockers {
+				be, _ := newBackend(b, cluster)
+				lockers[i] = newLocker(b, be)
+			}
+			counts := make([]int, workers)
+			var last atomic.Int64
+			changes := atomic.Int64{}
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			per := max(b.N/workers, 1)
+			for i, l := range lockers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range per {
+						lock, err := l.Obtain(ctx, "bench-contended")
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						counts[i]++
+						if last.Swap(int64(i)) != int64(i) {
+							changes.Add(1)
+						}
+						_ = lock.Release(ctx)
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(changes.Load())/b.Elapsed().Seconds(), "owner-changes/s")
+			b.ReportMetric(jain(counts), "jain")
+		})
+	}
+}
+
+// jain is Jain's fairness index of xs: 1 when all are equal, 1/n when one got everything.
+func jain(xs []int) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += float64(x)
+		sq += float64(x) * float64(x)
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(xs)) * sq)
+}
