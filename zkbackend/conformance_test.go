@@ -1,0 +1,19 @@
+package zkbackend_test
+
+import (
+	"testing"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fencelocktest"
+)
+
+func TestConformance(t *testing.T) {
+	admin := dial(t, server.Addr, nil)
+	fencelocktest.Run(t, fencelocktest.Target{
+		New: func(t *testing.T) fencelock.Backend { return newBackend(dial(t, server.Addr, nil)) },
+		TTL: sessionTimeout,
+		Drop: func(t *testing.T, name string) {
+			dropHolder(t, admin, newBackend(admin).Path(name))
+		},
+	})
+}

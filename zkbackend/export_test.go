@@ -1,0 +1,36 @@
+package zkbackend
+
+import (
+	"context"
+
+	"github.com/fencelock/fencelock"
+)
+
+// AcquireRetry is the acquisition a caller makes after a create with guid whose reply was
+// lost: protection mode must find the node that create may have made.
+func (b *Backend) AcquireRetry(ctx context.Context, req fencelock.Request, guid string, queued bool) (fencelock.Grant, error) {
+	return b.acquire(ctx, req, guid, queued, true)
+}
+
+// AcquireGUID is AcquireQueued with a chosen GUID, so that a test can recognise its requests.
+func (b *Backend) AcquireGUID(ctx context.Context, req fencelock.Request, guid string) (fencelock.Grant, error) {
+	return b.acquire(ctx, req, guid, true, false)
+}
+
+// NodeStem is the name of a sequential lock node before ZooKeeper appends the sequence.
+func NodeStem(guid string) string { return nodeStem(guid) }
+
+// NewGUID returns a fresh node GUID.
+func NewGUID() string { return newGUID() }
+
+// EncodeData encodes a lock node's data.
+func EncodeData(owner string, holds ...string) []byte {
+	return lockData{owner: owner, holds: holds}.encode()
+}
+
+// Orphans returns the number of nodes whose removal the Backend still owes.
+func (b *Backend) Orphans() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.orphans)
+}

@@ -1,0 +1,343 @@
+// Package zkserver runs a real standalone ZooKeeper server (from the Debian package zookeeper)
+// on a free loopback port, for the ZooKeeper backend's tests and benchmarks, and a dialer that
+// cuts a go-zookeeper client off from it.
+//
+// The server runs java in the foreground as a child of the test binary, with its own data
+// directory and generated zoo.cfg, and is killed when the test binary dies (Pdeathsig), so a
+// crashed test run leaves no server behind.
+package zkserver
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TickTime is the server's tick. Session timeouts are negotiated into [2, 20] ticks, so a
+// short tick lets tests expire sessions in about a second.
+const TickTime = 500 * time.Millisecond
+
+// MinSessionTimeout and MaxSessionTimeout bound the session timeouts the server grants.
+const (
+	MinSessionTimeout = 2 * TickTime
+	MaxSessionTimeout = 20 * TickTime
+)
+
+const (
+	jarPath      = "/usr/share/java/zookeeper.jar" // its manifest's Class-Path names the dependencies
+	slf4jBinding = "/usr/share/java/slf4j-simple.jar"
+	readyTimeout = 30 * time.Second // a JVM on a loaded two-core machine under -race is slow to start
+	stopGrace    = 5 * time.Second
+	startTries   = 5 // a port found free may be taken by another process before java binds it
+)
+
+// Server is one standalone ZooKeeper server process.
+type Server struct {
+	// Addr is "127.0.0.1:port", the address to give zk.Connect.
+	Addr string
+
+	dir     string
+	cfgPath string
+	outPath string
+	java    string
+
+	mu     sync.Mutex // guards cmd, done and paused
+	cmd    *exec.Cmd
+	done   chan struct{} // closed once cmd has exited and been waited for
+	paused bool
+}
+
+// Start starts a server and stops it when the test ends. It fails the test, naming the Debian
+// package to install, when java or ZooKeeper is missing.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// New is Start without a testing.TB, for TestMain; the caller must Close the server.
+func New() (*Server, error) {
+	java, err := findJava()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(jarPath); err != nil {
+		return nil, fmt.Errorf("zkserver: %s not found: install the Debian package zookeeper (apt-get install zookeeper)", jarPath)
+	}
+	dir, err := os.MkdirTemp("", "fencelock-zk-")
+	if err != nil {
+		return nil, fmt.Errorf("zkserver: %w", err)
+	}
+	s := &Server{dir: dir, cfgPath: filepath.Join(dir, "zoo.cfg"), outPath: filepath.Join(dir, "zookeeper.out"), java: java}
+	for try := 1; ; try++ {
+		err = s.startOnFreePort()
+		if err == nil {
+			return s, nil
+		}
+		if try == startTries || !s.portTaken() {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+}
+
+func findJava() (string, error) {
+	if p, err := exec.LookPath("java"); err == nil {
+		return p, nil
+	}
+	if fi, err := os.Stat("/usr/bin/java"); err == nil && !fi.IsDir() {
+		return "/usr/bin/java", nil
+	}
+	return "", errors.New("zkserver: java not found: install the Debian package zookeeper (apt-get install zookeeper), which brings a Java runtime")
+}
+
+func (s *Server) startOnFreePort() error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("zkserver: find a free port: %w", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
+	cfg := strings.Join([]string{
+		"tickTime=" + strconv.Itoa(int(TickTime/time.Millisecond)),
+		"minSessionTimeout=" + strconv.Itoa(int(MinSessionTimeout/time.Millisecond)),
+		"maxSessionTimeout=" + strconv.Itoa(int(MaxSessionTimeout/time.Millisecond)),
+		"dataDir=" + filepath.Join(s.dir, "data"),
+		"clientPort=" + strconv.Itoa(port),
+		"clientPortAddress=127.0.0.1",
+		"maxClientCnxns=0",
+		"admin.enableServer=false",
+		// Tests read the watch table (wchp) and readiness (srvr).
+		"4lw.commands.whitelist=*",
+		// No fsync per transaction: the tests are about protocol behaviour, not durability,
+		// and fsync on a shared disk would make their timing erratic.
+		"forceSync=no",
+		"",
+	}, "\n")
+	if err := os.WriteFile(s.cfgPath, []byte(cfg), 0o644); err != nil {
+		return fmt.Errorf("zkserver: %w", err)
+	}
+	_ = os.Truncate(s.outPath, 0)
+	if err := s.start(); err != nil {
+		return err
+	}
+	if err := s.waitReady(); err != nil {
+		_ = s.Kill()
+		return err
+	}
+	return nil
+}
+
+func (s *Server) start() error {
+	cp := jarPath
+	if _, err := os.Stat(slf4jBinding); err == nil {
+		cp += ":" + slf4jBinding
+	}
+	out, err := os.OpenFile(s.outPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("zkserver: %w", err)
+	}
+	defer out.Close() // the child has its own descriptor once started
+	cmd := exec.Command(s.java,
+		"-Xmx256m", "-XX:+UseSerialGC", "-XX:-UsePerfData",
+		"-Djava.net.preferIPv4Stack=true",
+		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+		"-Dzookeeper.log.dir="+s.dir,
+		"-cp", cp,
+		"org.apache.zookeeper.server.ZooKeeperServerMain", s.cfgPath)
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Pdeathsig: syscall.SIGKILL,
+		// A Ctrl-C on the terminal reaches the test binary, whose cleanup stops the server;
+		// the server must not die first, in the middle of a test's cleanup.
+		Setpgid: true,
+	}
+	if err := spawn(cmd); err != nil {
+		return fmt.Errorf("zkserver: start java: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	s.mu.Lock()
+	s.cmd, s.done, s.paused = cmd, done, false
+	s.mu.Unlock()
+	return nil
+}
+
+// waitReady polls the srvr command until the server says it serves.
+func (s *Server) waitReady() error {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		// A short deadline: a probe accepted by the kernel before the server listens for
+		// itself would otherwise sit out the whole of it.
+		out, err := s.fourLetter("srvr", 500*time.Millisecond)
+		if err == nil && strings.Contains(out, "Mode:") {
+			return nil
+		}
+		select {
+		case <-s.exited():
+			return fmt.Errorf("zkserver: ZooKeeper exited during startup%s", s.outputTail())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("zkserver: ZooKeeper at %s not ready after %v (last: %v)%s", s.Addr, readyTimeout, err, s.outputTail())
+		}
+	}
+}
+
+// FourLetter sends a four-letter-word command (srvr, wchp, cons, ...; all are enabled) and
+// returns the answer.
+func (s *Server) FourLetter(cmd string) (string, error) { return s.fourLetter(cmd, 5*time.Second) }
+
+func (s *Server) fourLetter(cmd string, timeout time.Duration) (string, error) {
+	c, err := net.DialTimeout("tcp", s.Addr, timeout)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := io.WriteString(c, cmd); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(bufio.NewReader(c))
+	return string(b), err
+}
+
+// Restart starts the server again after Stop or Kill, on the same port and data directory.
+func (s *Server) Restart() error {
+	if isClosed(s.exited()) {
+		if err := s.start(); err != nil {
+			return err
+		}
+		return s.waitReady()
+	}
+	return errors.New("zkserver: Restart of a running server")
+}
+
+// Stop asks the server to exit (SIGTERM), kills it after a grace period, and waits.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	cmd, done, paused := s.cmd, s.done, s.paused
+	s.mu.Unlock()
+	if cmd == nil || isClosed(done) {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if paused {
+		_ = cmd.Process.Signal(syscall.SIGCONT) // a stopped process acts on SIGTERM only once continued
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(stopGrace):
+	}
+	return s.Kill()
+}
+
+// Kill kills the server (SIGKILL works on a paused process too) and waits.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil || isClosed(done) {
+		return nil
+	}
+	_ = cmd.Process.Kill()
+	<-done
+	return nil
+}
+
+// Pause freezes the server (SIGSTOP): clients see silence, and no session expires meanwhile.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || isClosed(s.done) {
+		return errors.New("zkserver: the server is not running")
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("zkserver: %v: %w", sig, err)
+	}
+	s.paused = sig == syscall.SIGSTOP
+	return nil
+}
+
+// PID returns the server's process ID, or 0 when it is not running.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil || isClosed(s.done) {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Close stops the server and removes its directory. It is idempotent.
+func (s *Server) Close() error {
+	err := s.Stop()
+	if rerr := os.RemoveAll(s.dir); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+func (s *Server) exited() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return s.done
+}
+
+func (s *Server) portTaken() bool {
+	b, _ := os.ReadFile(s.outPath)
+	return bytes.Contains(b, []byte("Address already in use"))
+}
+
+func (s *Server) outputTail() string {
+	b, err := os.ReadFile(s.outPath)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 30 {
+		lines = lines[len(lines)-30:]
+	}
+	return "\n--- last lines of " + s.outPath + " ---\n" + strings.Join(lines, "\n")
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

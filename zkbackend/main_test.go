@@ -1,0 +1,149 @@
+package zkbackend_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/zkbackend"
+	"github.com/fencelock/fencelock/zkbackend/internal/zkserver"
+)
+
+// server is shared by the package's tests; each test uses lock names of its own.
+var server *zkserver.Server
+
+// sessionTimeout is what the tests' connections ask for, within the server's bounds (so it is
+// what the server grants): short, so that expiry tests take seconds.
+const sessionTimeout = 2 * time.Second
+
+func TestMain(m *testing.M) {
+	var err error
+	server, err = zkserver.New()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = server.Close()
+	if code == 0 {
+		// The harness keeps one OS thread for starting servers: the parent-death signal
+		// that kills them with the test binary is tied to the thread that started them.
+		if err := goleak.Find(goleak.IgnoreTopFunction(zkserver.SpawnerFunc)); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+// dial connects to addr as a separate process would, through dialer when it is not nil, waits
+// for the session, and closes the connection when the test ends.
+func dial(t testing.TB, addr string, dialer zk.Dialer) *zk.Conn {
+	t.Helper()
+	return dialSession(t, addr, dialer, sessionTimeout)
+}
+
+// dialSession is dial with a session timeout of its own.
+func dialSession(t testing.TB, addr string, dialer zk.Dialer, timeout time.Duration) *zk.Conn {
+	t.Helper()
+	if dialer == nil {
+		dialer = net.DialTimeout
+	}
+	conn, _, err := zk.Connect([]string{addr}, timeout, zk.WithLogger(quietLogger{}), zk.WithDialer(dialer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	waitFor(t, 10*time.Second, "a ZooKeeper session", func() bool { return conn.State() == zk.StateHasSession })
+	return conn
+}
+
+func newBackend(conn *zk.Conn, opts ...zkbackend.Option) *zkbackend.Backend {
+	return zkbackend.New(conn, append([]zkbackend.Option{zkbackend.WithSessionTimeout(sessionTimeout)}, opts...)...)
+}
+
+// newClient returns a Client over a connection of its own, closed when the test ends.
+func newClient(t testing.TB) (*fencelock.Client, *zkbackend.Backend) {
+	b := newBackend(dial(t, server.Addr, nil))
+	c := fencelock.New(b, fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
+	t.Cleanup(func() { _ = c.Close() })
+	return c, b
+}
+
+// lockName returns a lock name unique to the test.
+func lockName(t testing.TB) string {
+	return strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond until it holds, and fails the test when bound passes first.
+func waitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: still waiting for %s", bound, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// line returns the lock nodes in dir, first in line first, and nil when dir does not exist.
+func line(t testing.TB, conn *zk.Conn, dir string) []string {
+	t.Helper()
+	children, _, err := conn.Children(dir)
+	if err == zk.ErrNoNode {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q []string
+	for _, c := range children {
+		if strings.HasPrefix(c, "_c_") {
+			q = append(q, c)
+		}
+	}
+	seq := func(name string) string { return name[strings.LastIndex(name, "-")+1:] }
+	slices.SortFunc(q, func(a, b string) int { return strings.Compare(seq(a), seq(b)) })
+	return q
+}
+
+// dropHolder deletes the first lock node of name behind its holder's back.
+func dropHolder(t testing.TB, conn *zk.Conn, dir string) {
+	t.Helper()
+	q := line(t, conn, dir)
+	if len(q) == 0 {
+		t.Fatalf("nothing to drop in %s", dir)
+	}
+	if err := conn.Delete(dir+"/"+q[0], -1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func exists(t testing.TB, conn *zk.Conn, path string) bool {
+	t.Helper()
+	ok, _, err := conn.Exists(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}

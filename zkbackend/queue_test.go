@@ -1,0 +1,239 @@
+package zkbackend_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/zkbackend"
+	"github.com/fencelock/fencelock/zkbackend/internal/zkserver"
+)
+
+// Waiters obtain the lock in the order they queued, and one that gives up in the middle of
+// the line lets no one jump ahead.
+func TestFirstComeFirstServed(t *testing.T) {
+	const waiters = 5
+	const quitter = 2
+	holder, b := newClient(t)
+	admin := dial(t, server.Addr, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := lockName(t)
+	dir := b.Path(name)
+
+	lock, err := holder.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan int, waiters)
+	errs := make(chan error, waiters)
+	quit, quitNow := context.WithCancel(ctx)
+	defer quitNow()
+	for i := range waiters {
+		c, _ := newClient(t)
+		wctx := ctx
+		if i == quitter {
+			wctx = quit
+		}
+		go func() {
+			l, err := c.Obtain(wctx, name)
+			if err != nil {
+				errs <- err
+				return
+			}
+			order <- i
+			time.Sleep(10 * time.Millisecond)
+			errs <- l.Release(ctx)
+		}()
+		// Join one at a time, so that the order in line is known.
+		waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, dir)) == i+2 })
+	}
+
+	quitNow()
+	if err := <-errs; !errors.Is(err, fencelock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiter that gave up: %v", err)
+	}
+	waitFor(t, 5*time.Second, "the quitter's node to go", func() bool { return len(line(t, admin, dir)) == waiters })
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for range waiters - 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, <-order)
+	}
+	if want := []int{0, 1, 3, 4}; !slices.Equal(got, want) {
+		t.Fatalf("obtained in the order %v, want %v", got, want)
+	}
+	if exists(t, admin, dir) {
+		t.Fatalf("%s left behind", dir)
+	}
+}
+
+// Each waiter watches only the node just ahead of it, so a release wakes one waiter, not the
+// herd. The server's own watch table (the wchp command) shows who watches what.
+func TestWaitersWatchOnlyTheNodeAhead(t *testing.T) {
+	const waiters = 4
+	holder, b := newClient(t)
+	admin := dial(t, server.Addr, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := lockName(t)
+	dir := b.Path(name)
+
+	lock, err := holder.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, waiters)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for i := range waiters {
+		c, _ := newClient(t)
+		go func() {
+			_, err := c.Obtain(wctx, name)
+			done <- err
+		}()
+		waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, dir)) == i+2 })
+	}
+
+	q := line(t, admin, dir)
+	var watched map[string]int
+	waitFor(t, 10*time.Second, "a watch per waiter", func() bool {
+		watched = watches(t, dir)
+		return len(watched) == waiters
+	})
+	for i, node := range q {
+		want := 1
+		if i == len(q)-1 {
+			want = 0 // the last in line: no one is behind it
+		}
+		if got := watched[dir+"/"+node]; got != want {
+			t.Errorf("node %d in line has %d watchers, want %d (watch table %v)", i, got, want, watched)
+		}
+	}
+	if n := watched[dir]; n != 0 {
+		t.Errorf("%d watchers on the directory itself", n)
+	}
+
+	stop()
+	for range waiters {
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("waiter: %v", err)
+		}
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// watches returns, per watched path under dir, the number of sessions watching it.
+func watches(t *testing.T, dir string) map[string]int {
+	t.Helper()
+	out, err := server.FourLetter("wchp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := make(map[string]int)
+	path := ""
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(l, "/"):
+			path = l
+		case strings.TrimSpace(l) != "" && (path == dir || strings.HasPrefix(path, dir+"/")):
+			m[path]++
+		}
+	}
+	return m
+}
+
+// A waiter whose context ends deletes its node and reports both ErrNotObtained and the
+// context's error.
+func TestWaiterLeavesTheLine(t *testing.T) {
+	holder, b := newClient(t)
+	waiter, _ := newClient(t)
+	admin := dial(t, server.Addr, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	name := lockName(t)
+	dir := b.Path(name)
+
+	lock, err := holder.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = waiter.Obtain(short, name)
+	if !errors.Is(err, fencelock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want ErrNotObtained and DeadlineExceeded", err)
+	}
+	if q := line(t, admin, dir); len(q) != 1 {
+		t.Fatalf("line after the waiter left: %v", q)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if exists(t, admin, dir) {
+		t.Fatalf("%s left behind", dir)
+	}
+}
+
+// A waiter that gives up while cut off from the server cannot delete its node, which would
+// reach the head of the line and hold the lock for no one. Once the connection is back (same
+// session), the Backend's next call removes it.
+func TestNodeLeftByAFailedLeaveIsSwept(t *testing.T) {
+	// Long enough to survive the cut: go-zookeeper redials a lone server only every second.
+	const session = 8 * time.Second
+	holder, bh := newClient(t)
+	var link zkserver.Link
+	conn := dialSession(t, server.Addr, link.Dial, session)
+	b := zkbackend.New(conn, zkbackend.WithSessionTimeout(session))
+	admin := dial(t, server.Addr, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := lockName(t)
+	dir := bh.Path(name)
+
+	lock, err := holder.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	wctx, giveUp := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := b.AcquireQueued(wctx, fencelock.Request{Name: name, Owner: "waiter", Hold: "h", TTL: session})
+		waited <- err
+	}()
+	waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, dir)) == 2 })
+	// Its watch on the holder's node is the waiter's last request before it blocks.
+	waitFor(t, 10*time.Second, "the waiter waiting", func() bool { return watches(t, dir)[dir+"/"+line(t, admin, dir)[0]] == 1 })
+	id := conn.SessionID()
+
+	link.Cut()
+	waitFor(t, 5*time.Second, "the disconnect", func() bool { return conn.State() != zk.StateHasSession })
+	giveUp()
+	if err := <-waited; !errors.Is(err, context.Canceled) {
+		t.Fatalf("waiter: %v", err)
+	}
+	if n, q := b.Orphans(), line(t, admin, dir); n != 1 || len(q) != 2 {
+		t.Fatalf("%d orphans, line %v: want the waiter's node owed and still in line", n, q)
+	}
+
+	link.Restore()
+	waitFor(t, 10*time.Second, "the reconnect", func() bool { return conn.State() == zk.StateHasSession })
+	if conn.SessionID() != id {
+		t.Fatal("the session expired: nothing left to sweep")
+	}
+	if _, err := b.Release(ctx, fencelock.Lease{Name: name, Owner: "waiter"}, "h"); !errors.Is(err, fencelock.ErrNotHeld) {
+		t.Fatalf("release by the waiter: %v", err)
+	}
+	if n, q := b.Orphans(), line(t, admin, dir); n != 0 || len(q) != 1 {
+		t.Fatalf("after the sweep: %d orphans, line %v", n, q)
+	}
+}
