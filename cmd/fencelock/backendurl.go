@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -17,6 +18,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/redisbackend"
+	"github.com/fencelock/fencelock/zkbackend"
 )
 
 const defaultBackend = "redis://127.0.0.1:6379"
@@ -27,6 +29,7 @@ type store struct {
 	kind    string // redis, redis+sentinel, redis+cluster, etcd, zk
 	redis   redis.UniversalClient
 	etcd    *clientv3.Client
+	zk      *zk.Conn
 	url     string // redacted
 	close   func() error
 }
@@ -97,7 +100,31 @@ func openStore(raw string) (*store, error) {
 		b := etcdbackend.New(c)
 		s.etcd, s.backend = c, b
 		s.close = func() error { return errors.Join(b.Close(), c.Close()) }
-	case "zk", "redlock":
+	case "zk":
+		if u.Host == "" {
+			return nil, exitf(exitUsage, "backend URL %s: want zk://host:port[,host:port][/root]", s.url)
+		}
+		timeout := 10 * time.Second
+		if v := u.Query().Get("session_timeout"); v != "" {
+			if timeout, err = time.ParseDuration(v); err != nil || timeout <= 0 {
+				return nil, exitf(exitUsage, "backend URL %s: session_timeout %q is not a positive duration", s.url, v)
+			}
+		}
+		conn, events, err := zk.Connect(strings.Split(u.Host, ","), timeout, zk.WithLogInfo(false), zk.WithLogger(zkQuiet{}))
+		if err != nil {
+			return nil, exitf(exitFailure, "backend %s: %v", s.url, err)
+		}
+		go func() {
+			for range events { // drained until the connection closes
+			}
+		}()
+		opts := []zkbackend.Option{zkbackend.WithSessionTimeout(timeout)}
+		if root := strings.TrimRight(u.Path, "/"); root != "" {
+			opts = append(opts, zkbackend.WithRoot(root))
+		}
+		s.zk, s.backend = conn, zkbackend.New(conn, opts...)
+		s.close = func() error { conn.Close(); return nil }
+	case "redlock":
 		return nil, exitf(exitUsage, "backend URL %s: the %s backend is not built into this fencelock yet", s.url, u.Scheme)
 	case "":
 		return nil, exitf(exitUsage, "backend URL %q has no scheme: want redis://, redis+sentinel://, redis+cluster://, etcd:// or zk://", redactRaw(raw))
@@ -117,12 +144,32 @@ func (s *store) ping(ctx context.Context) error {
 		err = s.redis.Ping(ctx).Err()
 	case s.etcd != nil:
 		_, err = s.etcd.Get(ctx, "fencelock-ping", clientv3.WithCountOnly())
+	case s.zk != nil:
+		err = pingZK(ctx, s.zk)
 	}
 	if err != nil {
 		return exitf(exitFailure, "backend %s does not answer: %v", s.url, err)
 	}
 	return nil
 }
+
+// pingZK waits for the ZooKeeper connection to have a session, within ctx.
+func pingZK(ctx context.Context, c *zk.Conn) error {
+	for c.State() != zk.StateHasSession {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no session: %v", c.State())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	_, _, err := c.Exists("/")
+	return err
+}
+
+// zkQuiet keeps go-zookeeper from logging reconnections: fencelock reports errors itself.
+type zkQuiet struct{}
+
+func (zkQuiet) Printf(string, ...any) {}
 
 // redact hides the password of a URL.
 func redact(u *url.URL) string {

@@ -84,7 +84,7 @@ The backend comes from --backend or FENCELOCK_BACKEND (default ` + defaultBacken
   redis+sentinel://[password@]host:port[,host:port]/master[/db]
   redis+cluster://[password@]host:port[,host:port]
   etcd://host:port[,host:port]
-  zk://host:port[,host:port][/root]`,
+  zk://host:port[,host:port][/root][?session_timeout=10s]`,
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
