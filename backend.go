@@ -72,6 +72,9 @@ type Request struct {
 	// Hold identifies this acquisition among the owner's holds.
 	Hold string
 	TTL  time.Duration
+	// Meta is what the holder publishes about itself for operators (fencelock status), kept
+	// with a first acquisition; empty when it publishes nothing.
+	Meta string
 }
 
 // Lease names a held lock for renewal and release.
@@ -121,4 +124,6 @@ type Info struct {
 	Token int64
 	// Remaining is the holder's remaining time to live.
 	Remaining time.Duration
+	// Meta is what the holder published about itself (WithMetadata), if anything.
+	Meta string
 }

@@ -167,7 +167,7 @@ func (c *Client) attempt(ctx, vctx context.Context, name, owner string, fresh bo
 		var buf [32]byte
 		hold = string(strconv.AppendUint(append(buf[:0], c.holdPrefix...), c.holdSeq.Add(1), 36))
 	}
-	req := Request{Name: name, Owner: owner, Hold: hold, TTL: s.ttl}
+	req := Request{Name: name, Owner: owner, Hold: hold, TTL: s.ttl, Meta: s.meta}
 	sent := c.now()
 	var g Grant
 	var err error

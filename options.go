@@ -27,7 +27,11 @@ type settings struct {
 	onLost      func(name string, err error)
 	waitTimeout time.Duration
 	hasWait     bool
+	meta        string
 }
+
+// MaxMetadata bounds what WithMetadata publishes: it travels with every first acquisition.
+const MaxMetadata = 1024
 
 // WithTTL sets the lock's time to live: how long the store keeps it after the last renewal if
 // the holder goes away. Default: DefaultTTL (30s).
@@ -59,6 +63,11 @@ func WithOnLost(fn func(name string, err error)) Option {
 	return func(s *settings) { s.onLost = fn }
 }
 
+// WithMetadata publishes meta with the lock for operators to read (Client.Inspect, fencelock
+// status): typically who holds it, such as host, process ID and start time. At most
+// MaxMetadata bytes. Default: nothing is published.
+func WithMetadata(meta string) Option { return func(s *settings) { s.meta = meta } }
+
 // WithWaitTimeout bounds how long Obtain waits for the lock, apart from its context. Zero
 // makes Obtain behave like TryObtain. Default: wait until the context ends.
 func WithWaitTimeout(d time.Duration) Option {
@@ -87,6 +96,9 @@ func (s *settings) validate() error {
 	}
 	if limit := (s.ttl - drift(s.ttl)) / 2; s.renewEvery > limit {
 		return invalidf("renewal interval %v is too long for TTL %v: at most %v leaves room for one retry", s.renewEvery, s.ttl, limit)
+	}
+	if len(s.meta) > MaxMetadata {
+		return invalidf("metadata of %d bytes is longer than the maximum %d", len(s.meta), MaxMetadata)
 	}
 	if s.waitTimeout < 0 {
 		return invalidf("wait timeout must not be negative, got %v", s.waitTimeout)

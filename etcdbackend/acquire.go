@@ -50,9 +50,13 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 	key := pfx + req.Owner
 	sent := time.Now()
 	first := clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)
+	then := []clientv3.Op{clientv3.OpPut(key, holds{req.Hold}.encode(), clientv3.WithLease(s.id)), first}
+	if req.Meta != "" {
+		then = append(then, clientv3.OpPut(b.metaKey(req.Name, req.Owner), req.Meta, clientv3.WithLease(s.id)))
+	}
 	resp, err := b.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, holds{req.Hold}.encode(), clientv3.WithLease(s.id)), first).
+		Then(then...).
 		Else(clientv3.OpGet(key), first).
 		Commit()
 	if err != nil {
@@ -68,12 +72,12 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 			return b.granted(s, rev, 1, start, sent), nil
 		}
 		if !queue {
-			b.leave(ctx, key, rev)
+			b.leave(ctx, key, b.metaKey(req.Name, req.Owner), rev)
 			return fencelock.Grant{}, held(req.Name)
 		}
 		sent, err := b.waitTurn(ctx, s, pfx, key, rev)
 		if err != nil {
-			b.leave(ctx, key, rev)
+			b.leave(ctx, key, b.metaKey(req.Name, req.Owner), rev)
 			return fencelock.Grant{}, err
 		}
 		return b.granted(s, rev, 1, start, sent), nil
@@ -136,13 +140,14 @@ func (b *Backend) granted(s *session, rev int64, count int, start, sent time.Tim
 // unknown: finding it would cost another round trip, and Obtain waits in the queue instead.
 func held(name string) error { return &fencelock.HeldError{Name: name} }
 
-// leave deletes a waiter's key, on a fresh context: the caller's may be what ended the wait.
-func (b *Backend) leave(ctx context.Context, key string, rev int64) {
+// leave deletes a waiter's key and metadata, on a fresh context: the caller's may be what
+// ended the wait.
+func (b *Backend) leave(ctx context.Context, key, metaKey string, rev int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	_, _ = b.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpDelete(key)).
+		Then(clientv3.OpDelete(key), clientv3.OpDelete(metaKey)).
 		Commit()
 }
 

@@ -61,7 +61,7 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info
 	key := b.Key(name, info.Owner)
 	resp, err := b.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", info.Token)).
-		Then(clientv3.OpDelete(key)).
+		Then(clientv3.OpDelete(key), clientv3.OpDelete(b.metaKey(name, info.Owner))).
 		Commit()
 	if err != nil {
 		return info, classify(err)

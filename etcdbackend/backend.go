@@ -88,6 +88,12 @@ func (b *Backend) queuePrefix(name string) string {
 // Key returns the key that owner's place in the lock name's queue is kept under.
 func (b *Backend) Key(name, owner string) string { return b.queuePrefix(name) + owner }
 
+// metaKey is where owner's published metadata for the lock name is kept: beside the queue,
+// not in it, on the same lease.
+func (b *Backend) metaKey(name, owner string) string {
+	return strings.TrimSuffix(b.prefix, "/") + ".meta/" + url.PathEscape(name) + "/" + owner
+}
+
 // Guard returns a comparison that holds only while lock is still held: its key exists with the
 // create revision that is its fencing token. Use it in the If of a transaction that writes data
 // kept in etcd, so that a holder that lost its lock without knowing it writes nothing:

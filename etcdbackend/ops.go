@@ -68,10 +68,10 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
 	}
-	key := b.Key(lease.Name, lease.Owner)
+	key, metaKey := b.Key(lease.Name, lease.Owner), b.metaKey(lease.Name, lease.Owner)
 	resp, err := b.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(key), "=", holds{hold}.encode())).
-		Then(clientv3.OpDelete(key)).
+		Then(clientv3.OpDelete(key), clientv3.OpDelete(metaKey)).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	for {
@@ -94,14 +94,14 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 			return len(h), nil // released already: a retry
 		}
 		rest := h.without(hold)
-		op := clientv3.OpDelete(key)
+		ops := []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(metaKey)}
 		if len(rest) > 0 {
-			op = clientv3.OpPut(key, rest.encode(), clientv3.WithIgnoreLease())
+			ops = []clientv3.Op{clientv3.OpPut(key, rest.encode(), clientv3.WithIgnoreLease())}
 		}
 		resp, err = b.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
 				clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
-			Then(op).
+			Then(ops...).
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if err == nil && resp.Succeeded {
@@ -133,6 +133,9 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 	info.Owner = strings.TrimPrefix(string(kv.Key), pfx)
 	info.Count = len(h)
 	info.Token = kv.CreateRevision
+	if m, err := b.c.Get(ctx, b.metaKey(name, info.Owner)); err == nil && len(m.Kvs) > 0 {
+		info.Meta = string(m.Kvs[0].Value)
+	}
 	if kv.Lease != 0 {
 		if ttl, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && ttl.TTL > 0 {
 			info.Remaining = time.Duration(ttl.TTL) * time.Second

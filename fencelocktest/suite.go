@@ -376,15 +376,19 @@ func (s suite) inspect(t *testing.T) {
 	if info, err := c.Inspect(ctx, name); err != nil || info.Held {
 		t.Fatalf("a never-used lock: %+v %v", info, err)
 	}
-	lock, err := c.Obtain(ctx, name)
+	const meta = `{"host":"conformance","pid":42}`
+	lock, err := c.Obtain(ctx, name, fencelock.WithMetadata(meta))
 	if err != nil {
 		t.Fatal(err)
 	}
 	info, err := c.Inspect(ctx, name)
-	if err != nil || !info.Held || info.Owner != lock.Owner() || info.Token != lock.Token() || info.Count != 1 {
+	if err != nil || !info.Held || info.Owner != lock.Owner() || info.Token != lock.Token() || info.Count != 1 || info.Meta != meta {
 		t.Fatalf("held: %+v %v", info, err)
 	}
 	_ = lock.Release(ctx)
+	if info, err := c.Inspect(ctx, name); err != nil || info.Held || info.Meta != "" {
+		t.Fatalf("after release: %+v %v", info, err)
+	}
 }
 
 func (s suite) badInput(t *testing.T) {
@@ -399,6 +403,7 @@ func (s suite) badInput(t *testing.T) {
 		{"zero TTL", s.name(t), []fencelock.Option{fencelock.WithTTL(0)}},
 		{"negative TTL", s.name(t), []fencelock.Option{fencelock.WithTTL(-time.Second)}},
 		{"renewal interval too long", s.name(t), []fencelock.Option{fencelock.WithRenewInterval(s.TTL)}},
+		{"metadata too long", s.name(t), []fencelock.Option{fencelock.WithMetadata(string(make([]byte, fencelock.MaxMetadata+1)))}},
 	} {
 		if _, err := c.TryObtain(ctx, tc.name, tc.opts...); !errors.Is(err, fencelock.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", tc.what, err)

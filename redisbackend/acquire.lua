@@ -1,7 +1,8 @@
 -- Takes the lock for an owner, or re-enters it when the owner holds it already.
--- KEYS[1] the lock: a hash {owner, token, count, h:<hold id> per hold}, always with a TTL
+-- KEYS[1] the lock: a hash {owner, token, count, h:<hold id> per hold, meta}, always with a TTL
 -- KEYS[2] the fence counter of the lock (same hash tag)
--- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] TTL in ms, ARGV[4] fence counter retention in ms
+-- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] TTL in ms, ARGV[4] fence counter retention in ms,
+-- ARGV[5] what the holder publishes about itself ('' for nothing), kept in the field meta
 -- Returns {1, token, count} when the owner holds the lock after the call,
 --         {0, pttl} when another owner holds it.
 local pttl = redis.call('PTTL', KEYS[1])
@@ -19,6 +20,9 @@ if pttl == -2 then
   local s = string.format('%.0f', token)
   redis.call('SET', KEYS[2], s, 'PX', math.max(tonumber(ARGV[4]), tonumber(ARGV[3])))
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', s, 'count', 1, 'h:' .. ARGV[2], 1)
+  if ARGV[5] ~= '' then
+    redis.call('HSET', KEYS[1], 'meta', ARGV[5])
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {1, token, 1}
 end

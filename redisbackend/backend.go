@@ -1,8 +1,8 @@
 // Package redisbackend keeps fencelock locks in one Redis deployment: a single node, a
 // Sentinel-managed master, or a Cluster.
 //
-// A lock named N is a hash under the key <prefix>{N}: {owner, token, count, h:<hold> per hold},
-// with the lock's TTL. Its fence counter is <prefix>{N}:fence, and releases are announced on
+// A lock named N is a hash under the key <prefix>{N}: {owner, token, count, h:<hold> per hold,
+// and meta when the holder publishes it}, with the lock's TTL. Its fence counter is <prefix>{N}:fence, and releases are announced on
 // the channel <prefix>{N}:released. The braces are a Cluster hash tag, so all three live in one
 // slot and every operation is one script, one round trip.
 //
@@ -165,7 +165,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	}
 	fenceKey := b.fenceKey(req.Name)
 	keys := []string{fenceKey[:len(fenceKey)-len(":fence")], fenceKey} // one allocation for both
-	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg}
+	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta}
 	var reply []any
 	var err error
 	acked := -1
@@ -361,6 +361,9 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 		if s, ok := v[4].(string); ok {
 			info.Token, _ = strconv.ParseInt(s, 10, 64)
 		}
+	}
+	if len(v) > 5 {
+		info.Meta, _ = v[5].(string)
 	}
 	return info, nil
 }

@@ -155,7 +155,7 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 		if err != nil {
 			return info, err
 		}
-		info.Held, info.Owner, info.Count, info.Token = true, data.owner, data.count(), stat.Czxid
+		info.Held, info.Owner, info.Count, info.Token, info.Meta = true, data.owner, data.count(), stat.Czxid, data.meta
 		return info, nil
 	}
 	return info, fmt.Errorf("%w: %q changed hands %d times while being inspected", fencelock.ErrUnavailable, name, lookTries)

@@ -34,7 +34,7 @@ var createBackoff = [...]time.Duration{0, 50 * time.Millisecond, 250 * time.Mill
 // unsure says such a create happened before the call.
 func (b *Backend) join(ctx context.Context, req fencelock.Request, guid string, unsure bool) (*node, error) {
 	dir := b.Path(req.Name)
-	data := lockData{owner: req.Owner, holds: []string{req.Hold}}
+	data := lockData{owner: req.Owner, meta: req.Meta, holds: []string{req.Hold}}
 	session := b.conn.SessionID() // of the last create, whose node recover may look for
 	var err error
 	for _, pause := range createBackoff {

@@ -14,17 +14,19 @@ import (
 // count is the number of hold IDs, so a retried acquire (a hold ID already present) cannot
 // count twice, and a retried release (a hold ID already gone) cannot decrement twice.
 //
-// Encoding, compact and self-delimiting so that any owner or hold string survives it:
+// Encoding, compact and self-delimiting so that any owner, metadata or hold string survives it:
 //
-//	byte 0      format version, 1
+//	byte 0      format version, 2 (1: the same without the metadata)
 //	uvarint n   length of the owner ID, then its n bytes
+//	uvarint n   length of the metadata the holder published, then its n bytes
 //	repeated    uvarint n, then n bytes: one hold ID (possibly empty) per hold, in order
 type lockData struct {
 	owner string
+	meta  string
 	holds []string
 }
 
-const dataFormat = 1
+const dataFormat = 2
 
 var errForeignData = errors.New("the lock node holds data fencelock did not write")
 
@@ -35,7 +37,7 @@ func (d lockData) has(hold string) bool { return slices.Contains(d.holds, hold) 
 // with returns d plus hold; d itself is left as it was, since a failed compare-and-set must be
 // able to start again from a fresh read.
 func (d lockData) with(hold string) lockData {
-	return lockData{owner: d.owner, holds: append(slices.Clip(d.holds), hold)}
+	return lockData{owner: d.owner, meta: d.meta, holds: append(slices.Clip(d.holds), hold)}
 }
 
 func (d lockData) without(hold string) lockData {
@@ -45,11 +47,11 @@ func (d lockData) without(hold string) lockData {
 			holds = append(holds, h)
 		}
 	}
-	return lockData{owner: d.owner, holds: holds}
+	return lockData{owner: d.owner, meta: d.meta, holds: holds}
 }
 
 func (d lockData) encode() []byte {
-	n := 1 + binary.MaxVarintLen64 + len(d.owner)
+	n := 1 + 2*binary.MaxVarintLen64 + len(d.owner) + len(d.meta)
 	for _, h := range d.holds {
 		n += binary.MaxVarintLen64 + len(h)
 	}
@@ -57,6 +59,8 @@ func (d lockData) encode() []byte {
 	b[0] = dataFormat
 	b = binary.AppendUvarint(b, uint64(len(d.owner)))
 	b = append(b, d.owner...)
+	b = binary.AppendUvarint(b, uint64(len(d.meta)))
+	b = append(b, d.meta...)
 	for _, h := range d.holds {
 		b = binary.AppendUvarint(b, uint64(len(h)))
 		b = append(b, h...)
@@ -65,9 +69,10 @@ func (d lockData) encode() []byte {
 }
 
 func decodeData(b []byte) (lockData, error) {
-	if len(b) == 0 || b[0] != dataFormat {
+	if len(b) == 0 || (b[0] != dataFormat && b[0] != 1) {
 		return lockData{}, errForeignData
 	}
+	format := b[0]
 	b = b[1:]
 	next := func() (string, bool) {
 		n, k := binary.Uvarint(b)
@@ -83,6 +88,11 @@ func decodeData(b []byte) (lockData, error) {
 		return lockData{}, errForeignData
 	}
 	d := lockData{owner: owner}
+	if format >= 2 {
+		if d.meta, ok = next(); !ok {
+			return lockData{}, errForeignData
+		}
+	}
 	for len(b) > 0 {
 		h, ok := next()
 		if !ok {

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -122,7 +124,7 @@ func run(ctx context.Context, g *globals, f *runFlags, name string, argv []strin
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 
-	opts := []fencelock.Option{fencelock.WithTTL(f.ttl)}
+	opts := []fencelock.Option{fencelock.WithTTL(f.ttl), fencelock.WithMetadata(holderMeta(argv[0]))}
 	var lock *fencelock.Lock
 	switch {
 	case f.wait == 0:
@@ -180,6 +182,19 @@ func run(ctx context.Context, g *globals, f *runFlags, name string, argv []strin
 			_ = syscall.Kill(-child.Process.Pid, syscall.SIGKILL)
 		}
 	}
+}
+
+// holderMeta is what run publishes about itself, for fencelock status: host, process, command
+// and start time.
+func holderMeta(command string) string {
+	host, _ := os.Hostname()
+	b, _ := json.Marshal(struct {
+		Host    string `json:"host"`
+		PID     int    `json:"pid"`
+		Command string `json:"command"`
+		Since   string `json:"since"`
+	}{host, os.Getpid(), filepath.Base(command), time.Now().UTC().Format(time.RFC3339)})
+	return string(b)
 }
 
 // childExit turns the command's end into run's exit: its code, or 128+signal as a shell does.

@@ -144,6 +144,14 @@ func TestStatusListRelease(t *testing.T) {
 	if err := json.Unmarshal([]byte(res.stdout), &v); err != nil || !v.Held || v.HoldCount != 1 || v.Token <= 0 {
 		t.Fatalf("status: %q %v", res.stdout, err)
 	}
+	var holder struct {
+		Host    string `json:"host"`
+		PID     int    `json:"pid"`
+		Command string `json:"command"`
+	}
+	if err := json.Unmarshal([]byte(v.Holder), &holder); err != nil || holder.PID != p.cmd.Process.Pid || holder.Command != "sleep" || holder.Host == "" {
+		t.Fatalf("holder identity %q: %v", v.Holder, err)
+	}
 	if res := cli(t, 20*time.Second, env, "status", "job:status"); !strings.Contains(res.stdout, "held") {
 		t.Fatalf("status table: %q", res.stdout)
 	}

@@ -24,10 +24,13 @@ type lockView struct {
 	HoldCount int     `json:"hold_count,omitempty"`
 	Token     int64   `json:"token,omitempty"`
 	TTLLeft   float64 `json:"ttl_left_seconds,omitempty"`
+	// Holder is what the holder published about itself (fencelock run: host, pid, command,
+	// since), verbatim.
+	Holder string `json:"holder,omitempty"`
 }
 
 func view(i fencelock.Info) lockView {
-	return lockView{Name: i.Name, Held: i.Held, Owner: i.Owner, HoldCount: i.Count, Token: i.Token, TTLLeft: i.Remaining.Seconds()}
+	return lockView{Name: i.Name, Held: i.Held, Owner: i.Owner, HoldCount: i.Count, Token: i.Token, TTLLeft: i.Remaining.Seconds(), Holder: i.Meta}
 }
 
 func newStatusCmd(g *globals) *cobra.Command {
@@ -35,8 +38,9 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Use:   "status NAME",
 		Short: "Show who holds a lock",
 		Long: `Show whether the lock NAME is held, by which owner, how many holds it has, its fencing
-token and how long its TTL has left. For a free lock, the last token issued where the backend
-still knows it.`,
+token, how long its TTL has left, and what the holder published about itself (fencelock run
+publishes its host, process ID, command and start time). For a free lock, the last token
+issued where the backend still knows it.`,
 		Example: `  fencelock status nightly-report
   fencelock status --json nightly-report | jq .token`,
 		Args: exactArgs(1, "status needs a lock NAME"),
@@ -114,7 +118,7 @@ func newListCmd(g *globals) *cobra.Command {
 
 func printLocks(w io.Writer, infos []fencelock.Info) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tOWNER\tHOLDS\tTOKEN\tTTL LEFT")
+	fmt.Fprintln(tw, "NAME\tSTATE\tOWNER\tHOLDS\tTOKEN\tTTL LEFT\tHOLDER")
 	for _, i := range infos {
 		state, ttl, holds := "free", "-", "-"
 		if i.Held {
@@ -131,7 +135,11 @@ func printLocks(w io.Writer, infos []fencelock.Info) {
 		if i.Token != 0 {
 			token = fmt.Sprint(i.Token)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", i.Name, state, owner, holds, token, ttl)
+		holder := i.Meta
+		if holder == "" {
+			holder = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i.Name, state, owner, holds, token, ttl, holder)
 	}
 	_ = tw.Flush()
 }
