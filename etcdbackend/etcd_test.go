@@ -339,3 +339,35 @@ func TestListAndForceRelease(t *testing.T) {
 		_ = l.Release(ctx)
 	}
 }
+
+// A waiter whose own lease dies while it waits stops with an error instead of waiting forever.
+func TestWaiterLeaseDies(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	hb, _ := newBackend(t, etcd)
+	holder := newLocker(t, hb)
+	lock, err := holder.Obtain(ctx, "waiter-lease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	wb, cli := newBackend(t, etcd)
+	got := make(chan error, 1)
+	go func() {
+		_, err := wb.AcquireQueued(ctx, fencelock.Request{Name: "waiter-lease", Owner: "waiter", TTL: 2 * time.Second})
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter is in line
+	for _, id := range wb.Leases() {
+		if _, err := cli.Revoke(ctx, id); err != nil { // as an operator, or expiry, would
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, fencelock.ErrUnavailable) {
+			t.Fatalf("waiter whose lease died: %v, want ErrUnavailable", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter kept waiting after its lease died")
+	}
+}

@@ -1,5 +1,7 @@
 package etcdbackend
 
+import clientv3 "go.etcd.io/etcd/client/v3"
+
 // StopKeepAlive stops the keep-alive of every lease of b without revoking it, as if the process
 // had stopped talking to etcd: the leases expire after their TTL.
 func (b *Backend) StopKeepAlive() {
@@ -10,4 +12,15 @@ func (b *Backend) StopKeepAlive() {
 		s.stop()
 		<-s.exited
 	}
+}
+
+// Leases returns the IDs of b's leases.
+func (b *Backend) Leases() []clientv3.LeaseID {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var ids []clientv3.LeaseID
+	for _, s := range b.sessions {
+		ids = append(ids, s.id)
+	}
+	return ids
 }
