@@ -147,11 +147,11 @@ func TestObserver(t *testing.T) {
 		}
 	}))
 	name := lockName(t)
-	lock, err := c.Obtain(ctx, name, fencelock.WithTTL(60*time.Millisecond))
+	lock, err := c.Obtain(ctx, name, fencelock.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(60 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond) // past the first renewal at TTL/3
 	_, _ = c.TryObtain(context.WithoutCancel(ctx), name, fencelock.WithOwner("other"))
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)

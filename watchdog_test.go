@@ -21,7 +21,7 @@ func TestWatchdogKeepsLock(t *testing.T) {
 		ctx := ctxTimeout(t, 10*time.Second)
 		c, other := newLocker(t, rdb), newLocker(t, rdb)
 		name := lockName(t)
-		const ttl = 100 * time.Millisecond
+		const ttl = 250 * time.Millisecond
 		lock, err := c.Obtain(ctx, name, fencelock.WithTTL(ttl))
 		if err != nil {
 			t.Fatal(err)
@@ -191,7 +191,7 @@ func TestReleaseStopsRenewal(t *testing.T) {
 		}
 	}
 	c := newLocker(t, singleClient(t), fencelock.WithObserver(observe))
-	const ttl = 30 * time.Millisecond
+	const ttl = 90 * time.Millisecond
 	for i := 0; i < 20; i++ {
 		lock, err := c.Obtain(ctx, lockName(t), fencelock.WithTTL(ttl))
 		if err != nil {
@@ -220,7 +220,7 @@ func TestRefreshByHand(t *testing.T) {
 	rdb := singleClient(t)
 	c, other := newLocker(t, rdb), newLocker(t, rdb)
 	name := lockName(t)
-	const ttl = 200 * time.Millisecond
+	const ttl = 300 * time.Millisecond
 	lock, err := c.Obtain(ctx, name, fencelock.WithTTL(ttl), fencelock.WithWatchdog(false))
 	if err != nil {
 		t.Fatal(err)
