@@ -1,0 +1,159 @@
+package safety
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/fencelock/fencelock/internal/testserver"
+)
+
+// workerEnv carries a worker's configuration when the test binary runs as a worker.
+const workerEnv = "FENCELOCK_SAFETY_WORKER"
+
+func TestMain(m *testing.M) {
+	if raw := os.Getenv(workerEnv); raw != "" {
+		var cfg WorkerConfig
+		if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		if err := RunWorker(context.Background(), cfg, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func spawn(cfg WorkerConfig) *exec.Cmd {
+	b, _ := json.Marshal(cfg)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), workerEnv+"="+string(b))
+	return cmd
+}
+
+// full says whether to run the long version: FENCELOCK_SAFETY_FULL=1.
+var full = os.Getenv("FENCELOCK_SAFETY_FULL") == "1"
+
+type row struct {
+	backend, store string
+	sc             Scenario
+	r              Result
+}
+
+var (
+	resultsMu sync.Mutex
+	results   []row
+)
+
+// Scenario 1: workers paused 2×TTL at random points, including between read and write. With
+// fencing, no acknowledged addition is lost and no stale write is accepted; without, the
+// losses are reported.
+func TestPausedWorkers(t *testing.T) {
+	backends := []struct {
+		name string
+		url  func(t *testing.T) string
+		ttl  time.Duration
+	}{
+		{"redis (single node)", func(t *testing.T) string { return "redis://" + testserver.StartRedis(t).Addr }, 500 * time.Millisecond},
+		{"etcd (1 member)", startEtcd, 2 * time.Second},
+	}
+	for _, b := range backends {
+		for _, fenced := range []bool{true, false} {
+			store := "unfenced"
+			if fenced {
+				store = "fenced"
+			}
+			t.Run(b.name+"/"+store, func(t *testing.T) {
+				sc := Scenario{Backend: b.url(t), Fenced: fenced, Workers: 3, Cycles: 30, Pauses: 3, TTL: b.ttl, Hold: b.ttl / 4, Spawn: spawn}
+				if full {
+					sc.Cycles, sc.Pauses = 3400, 20
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+				defer cancel()
+				r, err := sc.Run(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(r.WorkerFailures) > 0 {
+					t.Fatalf("workers failed: %v", r.WorkerFailures)
+				}
+				t.Logf("%+v", r)
+				if r.PausesDone == 0 || r.Acknowledged == 0 {
+					t.Fatalf("the run paused %d workers and acknowledged %d additions: it tested nothing", r.PausesDone, r.Acknowledged)
+				}
+				if fenced && (r.LostAdditions != 0 || r.StaleAccepted != 0) {
+					t.Fatalf("with fencing: %d lost additions, %d stale writes accepted", r.LostAdditions, r.StaleAccepted)
+				}
+				resultsMu.Lock()
+				results = append(results, row{b.name, store, sc, r})
+				resultsMu.Unlock()
+			})
+		}
+	}
+	if path := os.Getenv("FENCELOCK_SAFETY_DOCS"); path != "" {
+		if err := writeDocs(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func writeDocs(path string) error {
+	var b strings.Builder
+	b.WriteString("| backend | store | workers × cycles | pauses (2×TTL) | writes | acknowledged | lost additions | stale writes accepted | stale writes refused |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	resultsMu.Lock()
+	defer resultsMu.Unlock()
+	for _, r := range results {
+		fmt.Fprintf(&b, "| %s | %s | %d × %d | %d | %d | %d | %d | %d | %d |\n", r.backend, r.store, r.sc.Workers, r.sc.Cycles,
+			r.r.PausesDone, r.r.Writes, r.r.Acknowledged, r.r.LostAdditions, r.r.StaleAccepted, r.r.StaleRefused)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// startEtcd starts a real single-member etcd in this process and returns its URL.
+func startEtcd(t *testing.T) string {
+	t.Helper()
+	free := func() *url.URL {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		u, _ := url.Parse("http://" + l.Addr().String())
+		return u
+	}
+	client, peer := free(), free()
+	cfg := embed.NewConfig()
+	cfg.Name = "safety"
+	cfg.Dir = t.TempDir()
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	cfg.InitialCluster = "safety=" + peer.String()
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		t.Fatal("etcd not ready")
+	}
+	return "etcd://" + client.Host
+}
