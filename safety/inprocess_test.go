@@ -1,0 +1,143 @@
+package safety
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+// Scenario 3: a write delayed in the network until 2×TTL after it was sent (Kleppmann's delayed
+// packet). Meanwhile the sender's lock expired and another holder wrote. With fencing the late
+// write is refused every time.
+func TestDelayedWrite(t *testing.T) {
+	for _, b := range []struct {
+		name string
+		url  func(t *testing.T) string
+		ttl  time.Duration
+	}{
+		{"redis", func(t *testing.T) string { return "redis://" + testserver.StartRedis(t).Addr }, 200 * time.Millisecond},
+		{"etcd", startEtcd, 2 * time.Second},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			url := b.url(t)
+			rounds := 5
+			if full {
+				rounds = 100
+			}
+			stale, refused := 0, 0
+			for i := 0; i < rounds; i++ {
+				var store fence.Memory
+				name := "delayed-" + strconv.Itoa(i)
+				a, stopA := newLocker(t, url)
+				first, err := a.Obtain(ctx, name, fencelock.WithTTL(b.ttl), fencelock.WithWatchdog(false))
+				if err != nil {
+					t.Fatal(err)
+				}
+				late := first.Token() // the write leaves now, and arrives 2×TTL later
+				if b.name == "etcd" {
+					// An etcd lease lives while its keep-alive runs, whatever the watchdog
+					// does: the sender's process is gone while its write is in flight.
+					stopA()
+				}
+				time.Sleep(2 * b.ttl)
+				bc, _ := newLocker(t, url)
+				second, err := bc.Obtain(ctx, name, fencelock.WithTTL(b.ttl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := store.Check(name, second.Token()); err != nil {
+					t.Fatal(err)
+				}
+				switch err := store.Check(name, late); {
+				case err == nil:
+					stale++
+				case errors.Is(err, fence.ErrStale):
+					refused++
+				default:
+					t.Fatal(err)
+				}
+				_ = second.Release(ctx)
+			}
+			t.Logf("%d rounds: %d late writes refused, %d accepted", rounds, refused, stale)
+			if stale != 0 {
+				t.Fatalf("%d stale writes accepted with fencing", stale)
+			}
+		})
+	}
+}
+
+// Scenario 10: the lock's key deleted or the database flushed while held: the holder's context
+// ends within one renewal interval plus a round trip.
+func TestWatchdogReaction(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	r := testserver.StartRedis(t)
+	rdb := r.ClientT(t)
+	c, _ := newLocker(t, "redis://"+r.Addr)
+	keys := redisbackend.New(rdb)
+	const ttl = 300 * time.Millisecond
+	trials := 20
+	if full {
+		trials = 1000
+	}
+	for _, fault := range []string{"DEL", "FLUSHALL"} {
+		var delays []time.Duration
+		for i := 0; i < trials; i++ {
+			name := "reaction-" + strconv.Itoa(i)
+			lock, err := c.Obtain(ctx, name, fencelock.WithTTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Duration(i%7) * ttl / 21) // at varying points of the renewal interval
+			start := time.Now()
+			if fault == "DEL" {
+				err = rdb.Del(ctx, keys.Key(name)).Err()
+			} else {
+				err = rdb.FlushAll(ctx).Err()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-lock.Context().Done():
+			case <-time.After(10 * ttl):
+				t.Fatalf("%s: context alive %v after the fault", fault, 10*ttl)
+			}
+			delays = append(delays, time.Since(start))
+			if !errors.Is(lock.Context().Err(), fencelock.ErrLost) {
+				t.Fatalf("%s: %v", fault, lock.Context().Err())
+			}
+			_ = lock.Release(ctx)
+		}
+		slices.Sort(delays)
+		p99, worst := delays[len(delays)*99/100], delays[len(delays)-1]
+		t.Logf("%s: %d trials, loss noticed p50 %v p99 %v max %v (renewal interval %v)", fault, trials, delays[len(delays)/2], p99, worst, ttl/3)
+		// The safety criterion: the holder knows before its TTL could have let another in.
+		if worst >= ttl {
+			t.Errorf("%s: a holder learned of its loss %v after the fault, past the TTL %v", fault, worst, ttl)
+		}
+	}
+}
+
+func newLocker(t *testing.T, url string) (*fencelock.Client, func()) {
+	b, closeBackend, err := openBackend(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fencelock.New(b)
+	var once sync.Once
+	stop := func() { once.Do(func() { _ = c.Close(); closeBackend() }) }
+	t.Cleanup(stop)
+	return c, stop
+}
