@@ -1,0 +1,374 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+// Backend is a fencelock.Backend over N independent Redis nodes. It is safe for concurrent
+// use. Close ends its release subscriptions and waits for the node calls still in flight.
+type Backend struct {
+	nodes  []*node
+	all    []int // 0..N-1, the nodes every operation goes to
+	quorum int   // N/2+1
+
+	prefix      string
+	retention   time.Duration
+	nodeTimeout time.Duration // 0: per call, min(50ms, TTL/10)
+	sharded     *bool         // nil: SPUBLISH on Cluster nodes only
+	timeTokens  bool          // the server clock is a term of the token; off only in tests
+	err         error         // set when the configuration is unusable; every call returns it
+
+	ident identity
+
+	mu     sync.RWMutex // guards closed against calls.Add
+	closed bool
+	calls  sync.WaitGroup // node calls in flight, also those an operation stopped waiting for
+}
+
+var (
+	_ fencelock.Backend        = (*Backend)(nil)
+	_ fencelock.ReleaseWatcher = (*Backend)(nil)
+	_ fencelock.Lister         = (*Backend)(nil)
+	_ fencelock.ForceReleaser  = (*Backend)(nil)
+)
+
+// node is one independent Redis deployment of the N.
+type node struct {
+	i       int
+	c       redisbackend.Client
+	addr    string
+	publish string // "SPUBLISH" on a sharded (Cluster) node, "PUBLISH" elsewhere
+	watch   nodeWatch
+}
+
+// Option configures a Backend.
+type Option func(*Backend)
+
+// WithPrefix sets the prefix of every key, on every node. It must not contain '{' or '}'.
+// Default: "fencelock:", the prefix of package redisbackend, so that tools that read one node
+// (fencelock status, doctor) understand it.
+func WithPrefix(p string) Option { return func(b *Backend) { b.prefix = p } }
+
+// WithNodeTimeout bounds every call to one node. An operation stops waiting for a node after
+// it and counts the node as failed; the call itself goes on until the go-redis client gives up
+// (set ContextTimeoutEnabled on the clients so that this is at once). It must be small against
+// the TTL: the TTL must exceed the node timeout plus the drift allowance. Default: per call,
+// min(50ms, TTL/10).
+func WithNodeTimeout(d time.Duration) Option { return func(b *Backend) { b.nodeTimeout = d } }
+
+// WithFenceRetention sets how long a lock's fence counter outlives the acquisition that last
+// wrote it, on each node. Default: 24h.
+func WithFenceRetention(d time.Duration) Option { return func(b *Backend) { b.retention = d } }
+
+// WithShardedPubSub chooses SPUBLISH/SSUBSCRIBE over PUBLISH/SUBSCRIBE for release
+// notifications on every node. Default: sharded on nodes that are a *redis.ClusterClient,
+// plain elsewhere.
+func WithShardedPubSub(on bool) Option { return func(b *Backend) { b.sharded = &on } }
+
+// New returns a Redlock backend over clients, one per independent Redis node (each may be a
+// single server, a Sentinel-managed master or a Cluster). N = len(clients) must be odd and at
+// least 3; the lock needs N/2+1 of them. An unusable configuration gives a Backend whose every
+// call fails with an error matching fencelock.ErrInvalid.
+//
+// Two clients to the same server would make one server count twice. New refuses the same
+// client twice; two different clients to one server can only be told apart by asking the
+// servers, which the first acquisition does (INFO server run_id).
+func New(clients []redisbackend.Client, opts ...Option) *Backend {
+	b := &Backend{prefix: "fencelock:", retention: 24 * time.Hour, timeTokens: true}
+	for _, o := range opts {
+		if o != nil {
+			o(b)
+		}
+	}
+	b.err = b.configure(clients)
+	return b
+}
+
+func (b *Backend) configure(clients []redisbackend.Client) error {
+	n := len(clients)
+	switch {
+	case n < 3:
+		return fmt.Errorf("%w: redlock needs at least 3 nodes, got %d: with 1 or 2 a majority is every node, so one failure stops the lock and no failure is tolerated", fencelock.ErrInvalid, n)
+	case n%2 == 0:
+		return fmt.Errorf("%w: redlock needs an odd number of nodes, got %d: %d nodes tolerate no more failures than %d (a majority of %d is %d) and only add load", fencelock.ErrInvalid, n, n, n-1, n, n/2+1)
+	case strings.ContainsAny(b.prefix, "{}"):
+		return fmt.Errorf("%w: key prefix %q contains a brace, which would break the hash tag", fencelock.ErrInvalid, b.prefix)
+	case b.retention <= 0:
+		return fmt.Errorf("%w: fence retention must be positive, got %v", fencelock.ErrInvalid, b.retention)
+	case b.nodeTimeout < 0:
+		return fmt.Errorf("%w: node timeout must be positive, got %v", fencelock.ErrInvalid, b.nodeTimeout)
+	}
+	for i, c := range clients {
+		if c == nil || isNilPointer(c) {
+			return fmt.Errorf("%w: redlock client %d is nil", fencelock.ErrInvalid, i)
+		}
+		for j := range i {
+			if sameValue(clients[j], c) {
+				return fmt.Errorf("%w: redlock clients %d and %d are the same client: one node would count twice", fencelock.ErrInvalid, j, i)
+			}
+		}
+	}
+	b.quorum = n/2 + 1
+	b.nodes = make([]*node, n)
+	b.all = make([]int, n)
+	for i, c := range clients {
+		_, cluster := c.(*redis.ClusterClient)
+		sharded := cluster
+		if b.sharded != nil {
+			sharded = *b.sharded
+		}
+		nd := &node{i: i, c: c, addr: addrOf(c), publish: "PUBLISH"}
+		if sharded {
+			nd.publish = "SPUBLISH"
+		}
+		nd.watch = nodeWatch{n: nd, sharded: sharded}
+		b.nodes[i], b.all[i] = nd, i
+	}
+	b.ident.ids = make([][]string, n)
+	b.ident.known = make([]atomic.Bool, n)
+	return nil
+}
+
+func isNilPointer(c redisbackend.Client) bool {
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// sameValue reports whether a and b are the same client, without the panic that == raises on
+// an interface holding an incomparable value.
+func sameValue(a, b redisbackend.Client) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	return va.Type() == vb.Type() && va.Comparable() && vb.Comparable() && va.Equal(vb)
+}
+
+func addrOf(c redisbackend.Client) string {
+	switch v := c.(type) {
+	case *redis.Client:
+		return v.Options().Addr
+	case *redis.ClusterClient:
+		return strings.Join(v.Options().Addrs, ",")
+	}
+	return fmt.Sprintf("%T", c)
+}
+
+// Nodes returns the number of nodes, N.
+func (b *Backend) Nodes() int { return len(b.nodes) }
+
+// Quorum returns the number of nodes a lock needs: N/2+1.
+func (b *Backend) Quorum() int { return b.quorum }
+
+// Key returns the key of the lock name on every node.
+func (b *Backend) Key(name string) string { return b.prefix + "{" + name + "}" }
+
+// keys returns the lock's key and its fence counter's key.
+func (b *Backend) keys(name string) []string {
+	k := b.Key(name)
+	return []string{k, k + ":fence"}
+}
+
+func (b *Backend) channelKey(name string) string { return b.Key(name) + ":released" }
+
+// usable reports why name cannot be locked. A name that starts with '}' would make the hash tag
+// of its keys empty, and a Cluster node would then hash each key whole, into different slots.
+func (b *Backend) usable(name string) error {
+	switch {
+	case b.err != nil:
+		return b.err
+	case name == "":
+		return fmt.Errorf("%w: empty lock name", fencelock.ErrInvalid)
+	case name[0] == '}':
+		return fmt.Errorf("%w: lock name %q starts with '}', which would empty its Cluster hash tag", fencelock.ErrInvalid, name)
+	}
+	if err := b.ident.failed(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// drift is the clock-drift allowance subtracted from a TTL: clock-rate differences between
+// this process and the nodes (1%) and timer granularity (2ms), as the Client counts it.
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// timeout returns the node timeout for a call with this TTL.
+func (b *Backend) timeout(ttl time.Duration) time.Duration {
+	if b.nodeTimeout > 0 {
+		return b.nodeTimeout
+	}
+	if ttl <= 0 {
+		return 50 * time.Millisecond
+	}
+	return max(min(50*time.Millisecond, ttl/10), time.Millisecond)
+}
+
+// checkTTL refuses a TTL that leaves no validity after one round of node calls.
+func (b *Backend) checkTTL(ttl time.Duration) error {
+	switch {
+	case ttl <= 0:
+		return fmt.Errorf("%w: TTL must be positive, got %v", fencelock.ErrInvalid, ttl)
+	case ttl%time.Millisecond != 0:
+		return fmt.Errorf("%w: TTL %v is not a whole number of milliseconds", fencelock.ErrInvalid, ttl)
+	case b.timeout(ttl)+drift(ttl) >= ttl:
+		return fmt.Errorf("%w: TTL %v is too short for redlock: the node timeout %v and the drift allowance %v leave no validity", fencelock.ErrInvalid, ttl, b.timeout(ttl), drift(ttl))
+	}
+	return nil
+}
+
+// Close ends the release subscriptions on every node and waits until the node calls still in
+// flight have returned; calls made after Close fail with an error matching
+// fencelock.ErrClosed. Close the Clients over the Backend first: their locks are not
+// released. Close is idempotent.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	for _, n := range b.nodes {
+		n.watch.closeAll()
+	}
+	b.calls.Wait()
+	return nil
+}
+
+// enter registers k node calls, unless the Backend is closed.
+func (b *Backend) enter(k int) error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return errClosed
+	}
+	b.calls.Add(k)
+	return nil
+}
+
+// reply is one node's answer in a fan-out.
+type reply[T any] struct {
+	node int
+	v    T
+	err  error
+}
+
+// fanOut runs call on each node of idx in a goroutine of its own, each bounded by timeout
+// (none when timeout is 0: ctx alone), and hands every reply to settle in the caller's
+// goroutine as it arrives. It returns when every node has answered, when timeout passes or
+// when ctx ends, with the nodes that had not answered then: their calls go on in the
+// background until their own timeout ends them, and Close waits for them.
+//
+// Once settle reports that the outcome is decided, fanOut waits for the other nodes only a
+// short grace more: as long as the decision took, at least graceMin, still handing their
+// replies to settle. On healthy nodes every reply arrives within it, so a call that follows
+// (a release after an acquisition) does not overtake one still in flight; a slow or stopped
+// node delays the outcome by the grace, not by the node timeout.
+//
+// A node's error arrives classified: ErrNodeTimeout when the node timeout ended it, ctx.Err()
+// when ctx did, otherwise wrapped in fencelock.ErrUnavailable or fencelock.ErrInvalid.
+func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Duration,
+	call func(ctx context.Context, n *node) (T, error), settle func(r reply[T]) bool) (pending []int, err error) {
+	if err := b.enter(len(idx)); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	ch := make(chan reply[T], len(idx)) // buffered: a straggler never blocks
+	for _, i := range idx {
+		go func(n *node) {
+			defer b.calls.Done()
+			nctx, cancel := ctx, context.CancelFunc(func() {})
+			if timeout > 0 {
+				nctx, cancel = context.WithTimeout(ctx, timeout)
+			}
+			v, err := call(nctx, n)
+			if err != nil {
+				switch {
+				case ctx.Err() != nil:
+					err = ctx.Err()
+				case nctx.Err() != nil:
+					err = ErrNodeTimeout
+				default:
+					err = classifyOnce(err)
+				}
+			}
+			cancel()
+			ch <- reply[T]{node: n.i, v: v, err: err}
+		}(b.nodes[i])
+	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		timer := time.NewTimer(timeout)
+		defer timer.Stop()
+		expired = timer.C
+	}
+	answered := make([]bool, len(b.nodes))
+	decided := false
+	for got := 0; got < len(idx); {
+		select {
+		case r := <-ch:
+			got++
+			answered[r.node] = true
+			if settle(r) && !decided && got < len(idx) {
+				decided = true
+				grace := time.NewTimer(max(time.Since(start), graceMin))
+				defer grace.Stop()
+				expired = grace.C
+			}
+		case <-expired:
+			return unanswered(idx, answered), nil
+		case <-ctx.Done():
+			return unanswered(idx, answered), nil
+		}
+	}
+	return nil, nil
+}
+
+// graceMin is the least fanOut waits for the other nodes once the outcome is decided.
+const graceMin = 2 * time.Millisecond
+
+func unanswered(idx []int, answered []bool) []int {
+	var out []int
+	for _, i := range idx {
+		if !answered[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// classifyOnce classifies err unless it is classified already.
+func classifyOnce(err error) error {
+	if isClassified(err) {
+		return err
+	}
+	return classify(err)
+}
+
+func (b *Backend) nodeErr(i int, err error) *NodeError {
+	return &NodeError{Node: i, Addr: b.nodes[i].addr, Err: err}
+}
+
+// timedOut returns the node errors of the nodes that did not answer in time: ErrNodeTimeout,
+// or ctx's error when ctx ended.
+func (b *Backend) timedOut(ctx context.Context, pending []int) []*NodeError {
+	out := make([]*NodeError, 0, len(pending))
+	for _, i := range pending {
+		err := ErrNodeTimeout
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		out = append(out, b.nodeErr(i, err))
+	}
+	return out
+}
+
+// cleanupContext returns a fresh context for the cleanup after a failed operation: not the
+// caller's, which may have ended, but bounded.
+func cleanupContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), timeout)
+}

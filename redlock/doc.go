@@ -1,0 +1,105 @@
+// Package redlock keeps fencelock locks on N independent Redis nodes (the Redlock algorithm),
+// so that a lock survives the loss of a minority of them. Each node may itself be a single
+// server, a Sentinel-managed master or a Cluster; the nodes share nothing and never talk to
+// each other.
+//
+//	b := redlock.New([]redisbackend.Client{rdb1, rdb2, rdb3, rdb4, rdb5})
+//	defer b.Close()
+//	locker := fencelock.New(b)
+//	defer locker.Close()
+//	lock, err := locker.Obtain(ctx, "invoice:42", fencelock.WithTTL(30*time.Second))
+//
+// Create the go-redis clients with ContextTimeoutEnabled: true. The backend bounds every call
+// to a node with the node timeout and stops waiting for it then; without that option go-redis
+// keeps the call, and a goroutine, until its own socket timeout.
+//
+// # The algorithm
+//
+// Every node keeps a lock the way package redisbackend keeps it on one server: a hash
+// <prefix>{name} {owner, token, count, h:<hold> per hold, meta} with the TTL, a fence counter
+// <prefix>{name}:fence, and the release channel <prefix>{name}:released. Each operation is one
+// script per node; the nodes are asked in parallel, each bounded by the node timeout
+// (WithNodeTimeout; by default min(50ms, TTL/10)).
+//
+// Acquire takes the lock on every node it can. The lock holds when a majority, N/2+1, granted
+// it and validity is left: the TTL minus the time since the first request was sent, minus the
+// drift allowance (TTL/100 + 2ms). Otherwise the hold is released again on every node that
+// may have granted it, those that did not answer included, and the error says why: a
+// *fencelock.HeldError when other owners hold enough nodes to deny a majority (Remaining is how
+// long until enough of their keys expire), a *QuorumError (matching fencelock.ErrUnavailable,
+// with a *NodeError per failed node) when too many nodes failed, ErrValidityExpired (also
+// matching fencelock.ErrUnavailable: nobody holds the lock, the nodes were too slow) when the
+// time ran out, and the context's error when the context ended. The Client retries after a
+// release notification or the holder's remaining TTL.
+//
+// Grant.Validity and Renewal.Validity are TTL − elapsed − drift. The Client counts them from
+// the moment it sent the request, which is before elapsed began, so it trusts the lock for
+// elapsed plus one drift allowance less than Redlock would: on the safe side, by a few
+// milliseconds on healthy nodes.
+//
+// Renew extends a batch of leases with one pipeline per node. A lease stays valid when a
+// majority extended it within the validity; it is lost (fencelock.ErrNotHeld) when a majority
+// says the owner no longer holds it; anything else is an unknown outcome the Client retries
+// until its validity deadline. A node that lost the key — restarted without persistence, or cut
+// off until the key expired there — gets it back for the same owner, token and count, but only
+// after a majority confirmed the lease, and only if the key is still free on that node.
+//
+// Release ends one hold on every node. Hold IDs make a retried acquire or release count once,
+// per node, as on one server. The count left is what a majority still holds; when that is
+// zero, a node that still keeps the lock (one that took the key back, and so knows no hold
+// IDs) is cleared too.
+//
+// Waiters subscribe to the release channel on every node, through one pub/sub connection per
+// node shared by all waiters of the Backend, and wake when any node announces a release.
+//
+// # Fencing tokens
+//
+// Counters kept per node and a token made of the greatest would not do: with counters A=5 and
+// B=C=2, a majority with A gives 6, and a later majority without A gives 3. A first acquisition
+// therefore reads the counters of the nodes along with the grant, in the same round, makes
+// the candidate max(greatest counter read + 1, greatest server clock read in µs), and writes it
+// back to every node with a set-if-greater script before returning it; a node whose counter is
+// already at or beyond the candidate makes it take that counter plus one and write again. The
+// token is returned only once a majority has stored it. That costs one round trip more than an
+// acquisition on one server; a reentrant acquisition keeps the holder's token and costs none.
+//
+// What this guarantees: no two acquisitions get a majority to store the same token (two
+// majorities share a node, and the second write there finds the counter at the token already),
+// and a token is greater than every token returned before its acquisition began — provided a
+// majority of the nodes still keep their counters, each at least as great as the tokens they
+// stored. A node loses its counters
+// when it restarts without persistence, or when the fence retention (WithFenceRetention,
+// default 24h) passes without an acquisition of that lock. Once a majority has lost them the
+// server clock carries the order, which holds as long as the nodes' clocks agree to within the
+// time between two acquisitions of the lock and do not step back. Run the nodes with
+// appendonly yes (appendfsync always, for counters that survive a power loss) and NTP.
+//
+// # What the lock guarantees, and what it does not
+//
+// Redlock's safety rests on timing assumptions: that network delays, process pauses (GC, a
+// stopped VM) and clock drift between the client and the nodes stay within the drift
+// allowance and the validity. Martin Kleppmann's critique ("How to do distributed locking",
+// 2016) holds: a holder paused after its last check, a node whose clock jumps forward and
+// expires the key early, or a node restarted empty right away (the lock is then on a minority
+// and another client can take a majority) can all give two holders at once. The Client's lock
+// context ends when the validity deadline passes on the monotonic clock, which narrows the
+// first case but cannot close it. Restart a node that lost its data only after the longest TTL
+// in use has passed (a delayed restart), so that no lock it held is still relied on.
+//
+// The fencing token is what makes the protected store safe: a store that refuses a write whose
+// token is older than one it has seen (package fence) rejects the late writes of a holder that
+// was paused or fooled. Use Redlock for a lock that survives the loss of a minority of
+// independent Redis nodes, with fencing where an overlap costs money; for a lock that must be
+// correct by construction, use a consensus backend (etcd, ZooKeeper).
+//
+// # Configuration checks
+//
+// New refuses an even N or fewer than 3 nodes (an even N tolerates no more failures than N−1,
+// and 1 of 1 or 2 of 2 is no quorum), a nil client and the same client twice. Two different
+// clients to one server cannot be told apart without asking the servers: the first acquisition
+// reads every node's INFO server run_id (every master's, for a Cluster) and fails with
+// fencelock.ErrInvalid, from then on, when two nodes share one. A node that did not answer
+// then is asked again by later calls, at most once a second, and its grants do not count
+// towards a majority until it has answered. A TTL that the node timeout and the drift allowance
+// leave no validity in is refused with fencelock.ErrInvalid.
+package redlock

@@ -1,0 +1,345 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redlock"
+)
+
+// With two of five nodes dead, the other three are a majority: the lock works.
+func TestQuorumWithTwoNodesDown(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	servers, as := startNodes(t, 5)
+	clients := dial(t, as)
+	b := newBackend(t, clients)
+	c := newLocker(t, b, fencelock.WithDefaults(fencelock.WithTTL(2*time.Second)))
+	for _, s := range servers[3:] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lock, err := c.TryObtain(ctx, "two-down")
+	if err != nil {
+		t.Fatalf("TryObtain with 3 of 5 nodes up: %v", err)
+	}
+	if lock.Token() <= 0 {
+		t.Fatalf("token %d", lock.Token())
+	}
+	if _, err := newLocker(t, b).TryObtain(ctx, "two-down"); !errors.Is(err, fencelock.ErrNotObtained) {
+		t.Fatalf("a second owner: %v, want ErrNotObtained", err)
+	}
+	info, err := c.Inspect(ctx, "two-down")
+	if err != nil || !info.Held || info.Owner != lock.Owner() || info.Token != lock.Token() {
+		t.Fatalf("Inspect: %+v %v", info, err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := owners(clients[:3], b.Key("two-down")); !slices.Equal(got, []string{"", "", ""}) {
+		t.Fatalf("owners on the live nodes after release: %q", got)
+	}
+}
+
+// With three of five nodes dead there is no majority: the error says the nodes are down, not
+// that someone holds the lock, and names the nodes.
+func TestNoQuorumWithThreeNodesDown(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	servers, as := startNodes(t, 5)
+	clients := dial(t, as)
+	b := newBackend(t, clients)
+	c := newLocker(t, b, fencelock.WithDefaults(fencelock.WithTTL(2*time.Second)))
+	if _, err := c.Inspect(ctx, "three-down"); err != nil { // the nodes are seen once, all up
+		t.Fatal(err)
+	}
+	for _, s := range servers[2:] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := c.TryObtain(ctx, "three-down")
+	if !errors.Is(err, fencelock.ErrUnavailable) || errors.Is(err, fencelock.ErrNotObtained) {
+		t.Fatalf("TryObtain with 2 of 5 nodes up: %v, want ErrUnavailable and not ErrNotObtained", err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a node timeout reads as the caller's deadline: %v", err)
+	}
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) {
+		t.Fatalf("no QuorumError in %v", err)
+	}
+	if qe.Granted != 2 || qe.Needed != 3 || len(qe.Nodes) != 3 {
+		t.Fatalf("QuorumError: granted %d, needed %d, %d node errors: %v", qe.Granted, qe.Needed, len(qe.Nodes), err)
+	}
+	down := []int{qe.Nodes[0].Node, qe.Nodes[1].Node, qe.Nodes[2].Node}
+	slices.Sort(down)
+	if !slices.Equal(down, []int{2, 3, 4}) {
+		t.Fatalf("failed nodes %v, want [2 3 4]", down)
+	}
+	var ne *redlock.NodeError
+	if !errors.As(err, &ne) || ne.Addr == "" || !errors.Is(ne, fencelock.ErrUnavailable) {
+		t.Fatalf("NodeError: %+v", ne)
+	}
+	// The two nodes that granted were released again.
+	if got := owners(clients[:2], b.Key("three-down")); !slices.Equal(got, []string{"", ""}) {
+		t.Fatalf("owners left on the live nodes: %q", got)
+	}
+	// Inspect needs a majority too.
+	if _, err := c.Inspect(ctx, "three-down"); !errors.As(err, &qe) {
+		t.Fatalf("Inspect: %v, want a QuorumError", err)
+	}
+}
+
+// A node restarted empty (no persistence) forgets the lock. Restarted only after a TTL, it
+// cannot give the lock to anyone else while the holder keeps a majority, and the holder's next
+// renewal takes the free key back.
+func TestRestartedNodeIsTakenBack(t *testing.T) {
+	ctx := ctxTimeout(t, 60*time.Second)
+	servers, as := startNodes(t, 5)
+	clients := dial(t, as)
+	ttl := 600 * time.Millisecond
+	holder := newLocker(t, newBackend(t, clients, redlock.WithNodeTimeout(150*time.Millisecond)), fencelock.WithDefaults(fencelock.WithTTL(ttl)))
+	other := newLocker(t, newBackend(t, dial(t, as), redlock.WithNodeTimeout(150*time.Millisecond)), fencelock.WithDefaults(fencelock.WithTTL(ttl)))
+	key := redlock.New(clients).Key("restart")
+
+	lock, err := holder.Obtain(ctx, "restart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl + 200*time.Millisecond) // the delayed restart
+	if err := servers[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.TryObtain(ctx, "restart"); !errors.Is(err, fencelock.ErrNotObtained) {
+		t.Fatalf("another client while the holder keeps 4 of 5 nodes: %v", err)
+	}
+	waitFor(t, 3*ttl, "the holder's renewal did not take node 0 back", func() bool {
+		return owners(clients[:1], key)[0] == lock.Owner()
+	})
+	if err := lock.Context().Err(); err != nil {
+		t.Fatalf("the holder lost the lock: %v", err)
+	}
+	if _, err := other.TryObtain(ctx, "restart"); !errors.Is(err, fencelock.ErrNotObtained) {
+		t.Fatalf("another client after the take-back: %v", err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Node 0's key knew no hold IDs; the release deleted it with the others.
+	if got := owners(clients, key); !slices.Equal(got, make([]string, 5)) {
+		t.Fatalf("owners after release: %q", got)
+	}
+	if l, err := other.TryObtain(ctx, "restart"); err != nil {
+		t.Fatalf("after release: %v", err)
+	} else {
+		_ = l.Release(ctx)
+	}
+}
+
+// When the holder has exactly a majority and one of its nodes restarts empty after a TTL, the
+// holder is left with a minority: its lock ends (the validity deadline passes without a
+// majority's renewal) before another client can take the lock. No overlap.
+func TestRestartedNodeOfABareMajority(t *testing.T) {
+	ctx := ctxTimeout(t, 60*time.Second)
+	servers, as := startNodes(t, 5)
+	ttl := 600 * time.Millisecond
+	clients := dial(t, as)
+	holder := newLocker(t, newBackend(t, clients, redlock.WithNodeTimeout(150*time.Millisecond)), fencelock.WithDefaults(fencelock.WithTTL(ttl)))
+	if _, err := holder.Inspect(ctx, "bare"); err != nil { // the nodes are seen once, all up
+		t.Fatal(err)
+	}
+	for _, s := range servers[3:] {
+		_ = s.Kill()
+	}
+	lock, err := holder.Obtain(ctx, "bare") // on nodes 0, 1, 2 only
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The acquire calls to 3 and 4 retry their connection until the node timeout: were the
+	// nodes back by then, the calls would take the lock there. Wait them out.
+	time.Sleep(300 * time.Millisecond)
+	// Node 0 goes before 3 and 4 come back empty: with 0, 1, 2 confirming, a renewal would
+	// rightly take 3 and 4, and the holder would keep its lock on four nodes.
+	if err := servers[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers[3:] {
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := newLocker(t, newBackend(t, dial(t, as), redlock.WithNodeTimeout(150*time.Millisecond)), fencelock.WithDefaults(fencelock.WithTTL(ttl)))
+	// Until node 0 comes back, nobody has a majority: the holder two nodes, the free ones two.
+	time.Sleep(ttl + 200*time.Millisecond)
+	if err := servers[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := other.Obtain(ctx, "bare")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Release(ctx)
+	if lock.Valid() == nil {
+		t.Fatal("the old holder still trusts its lock while another client holds it")
+	}
+	if got.Token() <= lock.Token() {
+		t.Fatalf("token %d after %d", got.Token(), lock.Token())
+	}
+}
+
+// A watchdog keeps a lock for ten TTLs while one node is down.
+func TestWatchdogWithANodeDown(t *testing.T) {
+	ctx := ctxTimeout(t, 60*time.Second)
+	servers, as := startNodes(t, 5)
+	ttl := 400 * time.Millisecond
+	b := newBackend(t, dial(t, as), redlock.WithNodeTimeout(100*time.Millisecond))
+	c := newLocker(t, b, fencelock.WithDefaults(fencelock.WithTTL(ttl)))
+	if err := servers[4].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	lost := make(chan error, 1)
+	lock, err := c.Obtain(ctx, "watchdog", fencelock.WithOnLost(func(_ string, err error) { lost <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newLocker(t, newBackend(t, dial(t, as), redlock.WithNodeTimeout(150*time.Millisecond)), fencelock.WithDefaults(fencelock.WithTTL(ttl)))
+	for range 10 {
+		time.Sleep(ttl)
+		if _, err := other.TryObtain(ctx, "watchdog"); !errors.Is(err, fencelock.ErrNotObtained) {
+			t.Fatalf("another client got in: %v", err)
+		}
+	}
+	select {
+	case err := <-lost:
+		t.Fatalf("lost: %v", err)
+	default:
+	}
+	if err := lock.Context().Err(); err != nil {
+		t.Fatalf("context ended: %v", err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A node that stops answering mid-acquire (SIGSTOP) does not hold up an acquisition that a
+// majority grants; three of them make it fail as unavailable within the node timeout, and the
+// lock is free again once they are back and the stale grants expired.
+func TestPausedNodesMidAcquire(t *testing.T) {
+	ctx := ctxTimeout(t, 60*time.Second)
+	servers, as := startNodes(t, 5)
+	b := newBackend(t, dial(t, as), redlock.WithNodeTimeout(150*time.Millisecond))
+	ttl := 500 * time.Millisecond
+	c := newLocker(t, b, fencelock.WithDefaults(fencelock.WithTTL(ttl)))
+	if _, err := c.Inspect(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	pause := func(ss ...*testserver.Redis) {
+		for _, s := range ss {
+			if err := s.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Resume() })
+		}
+	}
+	resume := func(ss ...*testserver.Redis) {
+		for _, s := range ss {
+			if err := s.Resume(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	pause(servers[0])
+	g, err := b.Acquire(ctx, fencelock.Request{Name: "paused", Owner: "one-paused", TTL: ttl})
+	if err != nil {
+		t.Fatalf("with one node paused: %v", err)
+	}
+	if g.Validity <= 0 || g.Validity > ttl || g.Token <= 0 || g.Count != 1 {
+		t.Fatalf("grant %+v", g)
+	}
+	if _, err := b.Release(ctx, fencelock.Lease{Name: "paused", Owner: "one-paused", TTL: ttl}, ""); err != nil {
+		t.Fatal(err)
+	}
+
+	pause(servers[1], servers[2])
+	start := time.Now()
+	_, err = c.TryObtain(ctx, "paused")
+	if !errors.Is(err, fencelock.ErrUnavailable) || !errors.Is(err, redlock.ErrNodeTimeout) {
+		t.Fatalf("with three nodes paused: %v, want ErrUnavailable with node timeouts", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the failed attempt took %v", took)
+	}
+	resume(servers[0], servers[1], servers[2])
+	// The paused nodes now run the acquisitions they had queued; those expire after the TTL,
+	// or are released by the cleanup that follows them.
+	lock, err := c.Obtain(ctx, "paused")
+	if err != nil {
+		t.Fatalf("after resume: %v", err)
+	}
+	_ = lock.Release(ctx)
+}
+
+// Slow links eat the validity: when a majority grants the lock only after the TTL minus the
+// drift allowance has passed, the acquisition fails (ErrValidityExpired) and nothing is left
+// behind, instead of returning a lock that has already expired.
+func TestSlowNodesEatValidity(t *testing.T) {
+	ctx := ctxTimeout(t, 60*time.Second)
+	_, as := startNodes(t, 5)
+	proxies := make([]*testserver.Proxy, len(as))
+	via := make([]string, len(as))
+	for i, a := range as {
+		proxies[i] = testserver.StartProxy(t, a)
+		via[i] = proxies[i].Addr
+	}
+	direct := dial(t, as)
+	ttl := 100 * time.Millisecond
+	b := newBackend(t, dial(t, via), redlock.WithNodeTimeout(90*time.Millisecond))
+	// Warm up: a connection per node, and the scripts loaded, so that each call below is one
+	// round trip.
+	if _, err := b.Acquire(ctx, fencelock.Request{Name: "slow", Owner: "warm-up", TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Release(ctx, fencelock.Lease{Name: "slow", Owner: "warm-up", TTL: time.Second}, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range proxies {
+		p.SetDelay(30 * time.Millisecond) // each round trip 60ms: two of them exceed the TTL
+	}
+	_, err := b.Acquire(ctx, fencelock.Request{Name: "slow", Owner: "slow-owner", TTL: ttl})
+	// On a loaded machine a reply can also miss the 90 ms node timeout; either way the
+	// acquisition must fail as unavailable, never hand out a lock that has already expired.
+	if err == nil || !errors.Is(err, fencelock.ErrUnavailable) || errors.Is(err, fencelock.ErrNotObtained) {
+		t.Fatalf("acquire over slow links: %v, want ErrValidityExpired", err)
+	}
+	if !errors.Is(err, redlock.ErrValidityExpired) {
+		t.Logf("acquire over slow links failed by node timeouts rather than by validity: %v", err)
+	}
+	if got := owners(direct, b.Key("slow")); !slices.Equal(got, make([]string, 5)) {
+		t.Fatalf("owners left behind: %q", got)
+	}
+
+	// With a TTL long against the delay the same links give a lock, whose validity tells how
+	// long the acquisition took.
+	long := 2 * time.Second
+	b = newBackend(t, dial(t, via), redlock.WithNodeTimeout(time.Second))
+	g, err := b.Acquire(ctx, fencelock.Request{Name: "slow", Owner: "slow-owner", TTL: long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Validity <= 0 || g.Validity > long-120*time.Millisecond {
+		t.Fatalf("validity %v of TTL %v after two 60ms round trips", g.Validity, long)
+	}
+	if _, err := b.Release(ctx, fencelock.Lease{Name: "slow", Owner: "slow-owner", TTL: long}, ""); err != nil {
+		t.Fatal(err)
+	}
+}

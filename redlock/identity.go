@@ -1,0 +1,153 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+)
+
+// identity checks, at first use, that no two nodes are the same server: two clients with
+// different addresses (a proxy, a DNS alias, 127.0.0.1 and localhost) can reach one server,
+// which would then count twice towards the majority. Each node's INFO server run_id (every
+// master's, for a Cluster node) must differ from every other node's.
+//
+// The first acquisition waits for the answers, bounded by the node timeout; a node that does
+// not answer is asked again by a later call, at most once per identifyEvery and without making
+// other calls wait, until every node has been seen. Until a node has been seen, its grants do
+// not count towards an acquisition's majority: it might be another node's server.
+type identity struct {
+	known     []atomic.Bool // per node: its run IDs are known
+	done      atomic.Bool   // every node's run IDs are known and distinct
+	attempted atomic.Bool   // the first check has run
+	dup       atomic.Value  // error: two nodes share a run ID; set once
+	mu        sync.Mutex    // guards ids and last; held during a check
+	ids       [][]string    // per node, its run IDs; nil while unknown
+	last      time.Time     // when the last check ran
+}
+
+const identifyEvery = time.Second
+
+func (id *identity) failed() error {
+	if err, ok := id.dup.Load().(error); ok {
+		return err
+	}
+	return nil
+}
+
+func (b *Backend) identify(ctx context.Context, timeout time.Duration) error {
+	id := &b.ident
+	if id.done.Load() {
+		return nil
+	}
+	if id.attempted.Load() {
+		if !id.mu.TryLock() {
+			return id.failed() // another call is checking; do not wait for it
+		}
+	} else {
+		id.mu.Lock() // the first check: every call waits for it
+	}
+	defer id.mu.Unlock()
+	if id.done.Load() || id.failed() != nil || (id.attempted.Load() && time.Since(id.last) < identifyEvery) {
+		return id.failed()
+	}
+	var missing []int
+	for i, ids := range id.ids {
+		if ids == nil {
+			missing = append(missing, i)
+		}
+	}
+	_, err := fanOut(ctx, b, missing, timeout, func(ctx context.Context, nd *node) ([]string, error) {
+		return runIDs(ctx, nd)
+	}, func(r reply[[]string]) bool {
+		if r.err == nil && len(r.v) > 0 {
+			id.ids[r.node] = r.v
+		}
+		return false
+	})
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil // the caller's context ended: not an attempt; the caller will say why
+	}
+	id.last = time.Now()
+	id.attempted.Store(true)
+	seen := make(map[string]int)
+	known := 0
+	for i, ids := range id.ids {
+		if ids == nil {
+			continue
+		}
+		known++
+		for _, rid := range ids {
+			if j, ok := seen[rid]; ok && j != i {
+				dup := fmt.Errorf("%w: redlock nodes %d (%s) and %d (%s) are the same Redis server (run_id %s): it would count twice towards the majority", fencelock.ErrInvalid, j, b.nodes[j].addr, i, b.nodes[i].addr, rid)
+				id.dup.Store(dup)
+				return dup
+			}
+			seen[rid] = i
+		}
+	}
+	for i, ids := range id.ids {
+		if ids != nil {
+			id.known[i].Store(true)
+		}
+	}
+	if known == len(id.ids) {
+		id.done.Store(true)
+	}
+	return nil
+}
+
+// seen reports whether node i's run IDs are known and distinct from the others'.
+func (id *identity) seen(i int) bool { return id.done.Load() || id.known[i].Load() }
+
+// runIDs returns the run_id of the server behind a node: of every master, for a Cluster.
+func runIDs(ctx context.Context, nd *node) ([]string, error) {
+	if cc, ok := nd.c.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		var ids []string
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			s, err := m.Info(ctx, "server").Result()
+			if err != nil {
+				return err
+			}
+			if rid := infoField(s, "run_id"); rid != "" {
+				mu.Lock()
+				ids = append(ids, rid)
+				mu.Unlock()
+			}
+			return nil
+		})
+		return ids, err
+	}
+	var info *redis.StringCmd
+	_, err := nd.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		info = p.Info(ctx, "server")
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rid := infoField(info.Val(), "run_id")
+	if rid == "" {
+		return nil, fmt.Errorf("%w: INFO server has no run_id", fencelock.ErrUnavailable)
+	}
+	return []string{rid}, nil
+}
+
+func infoField(info, field string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}

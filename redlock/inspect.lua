@@ -1,0 +1,6 @@
+-- Reads a lock on one node without changing it.
+-- KEYS[1] the lock hash, KEYS[2] its fence counter
+-- ARGV none
+-- Returns {owner or false, count, token, pttl, fence counter or false, meta or false}.
+local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'token', 'meta')
+return {h[1], tonumber(h[2] or '0'), tonumber(h[3] or '0'), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), h[4]}

@@ -1,0 +1,131 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisbackend"
+	"github.com/fencelock/fencelock/redlock"
+)
+
+// addrs are five independent Redis servers shared by the tests that do not hurt them; each
+// test uses lock names of its own. Fault tests start servers of their own.
+var addrs []string
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quietLogger{}) // go-redis reports every refused connection on stderr
+	var servers []*testserver.Redis
+	for range 5 {
+		r, err := testserver.NewRedis()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			for _, s := range servers {
+				_ = s.Close()
+			}
+			os.Exit(1)
+		}
+		servers = append(servers, r)
+		addrs = append(addrs, r.Addr)
+	}
+	code := m.Run()
+	for _, s := range servers {
+		_ = s.Close()
+	}
+	if code == 0 {
+		// testserver keeps one OS thread per server process: the parent-death signal that
+		// kills servers with the test binary is tied to the thread that started them.
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/fencelock/fencelock/internal/testserver.spawn.func1.1")); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// dial returns one go-redis client per address, closed when the test ends. They honour
+// context deadlines, so that a node timeout ends the call itself, not only the wait for it.
+func dial(t testing.TB, addrs []string, tweak ...func(*redis.Options)) []redisbackend.Client {
+	out := make([]redisbackend.Client, len(addrs))
+	for i, a := range addrs {
+		opt := &redis.Options{Addr: a, ContextTimeoutEnabled: true}
+		for _, f := range tweak {
+			f(opt)
+		}
+		c := redis.NewClient(opt)
+		t.Cleanup(func() { _ = c.Close() })
+		out[i] = c
+	}
+	return out
+}
+
+// noRetries makes a client fail at once on a cut connection instead of retrying it.
+func noRetries(o *redis.Options) { o.MaxRetries = -1 }
+
+// startNodes starts n servers of the test's own.
+func startNodes(t testing.TB, n int) ([]*testserver.Redis, []string) {
+	servers := make([]*testserver.Redis, n)
+	as := make([]string, n)
+	for i := range servers {
+		servers[i] = testserver.StartRedis(t)
+		as[i] = servers[i].Addr
+	}
+	return servers, as
+}
+
+// newBackend returns a Backend closed when the test ends. Its node timeout is 300 ms unless
+// opts say otherwise: the 50 ms default is for dedicated servers, not for five redis-servers
+// sharing two cores with a race-detector build and other packages' tests.
+func newBackend(t testing.TB, clients []redisbackend.Client, opts ...redlock.Option) *redlock.Backend {
+	opts = append([]redlock.Option{redlock.WithNodeTimeout(300 * time.Millisecond)}, opts...)
+	b := redlock.New(clients, opts...)
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func newLocker(t testing.TB, b fencelock.Backend, opts ...fencelock.ClientOption) *fencelock.Client {
+	c := fencelock.New(b, opts...)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond until it holds or the bound passes, and fails the test then.
+func waitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", bound, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// owners returns the owner of the lock's key on each node, "" where it is absent or the node
+// does not answer.
+func owners(clients []redisbackend.Client, key string) []string {
+	out := make([]string, len(clients))
+	for i, c := range clients {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		out[i], _ = c.(*redis.Client).HGet(ctx, key, "owner").Result()
+		cancel()
+	}
+	return out
+}

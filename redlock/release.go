@@ -1,0 +1,104 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// Release implements fencelock.Backend. It ends the hold on every node at once, each bounded by
+// the node timeout, and returns once a majority answered (and the others a moment later, if
+// they are healthy). The count left is what a majority still
+// holds: the quorum-th greatest count among the nodes. It is ErrNotHeld when a majority says
+// the owner does not hold the lock, and a *QuorumError when fewer than a majority answered.
+//
+// When the lock is free by the majority but a node still keeps it for the owner (a node that
+// took the key back after a restart keeps no hold IDs), that node's key is deleted too.
+func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+	if err := b.usable(lease.Name); err != nil {
+		return 0, err
+	}
+	timeout := b.timeout(lease.TTL)
+	n, q := len(b.nodes), b.quorum
+	keys := []string{b.Key(lease.Name)}
+	counts := make([]int, n)
+	var answered, notHeld int
+	var failed []*NodeError
+	pending, err := fanOut(ctx, b, b.all, timeout, func(ctx context.Context, nd *node) (int64, error) {
+		return releaseScript.Run(ctx, nd.c, keys, lease.Owner, hold, nd.publish).Int64()
+	}, func(r reply[int64]) bool {
+		if r.err != nil {
+			failed = append(failed, b.nodeErr(r.node, r.err))
+			return false
+		}
+		answered++
+		counts[r.node] = int(r.v)
+		if r.v < 0 {
+			notHeld++
+		}
+		return answered >= q // the rest only within fanOut's grace: a dead node does not delay it
+	})
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case answered < q && ctx.Err() != nil:
+		return 0, ctxErr("release", lease.Name, ctx.Err())
+	case answered < q:
+		return 0, &QuorumError{Op: "release", Name: lease.Name, Granted: answered, Needed: q, Nodes: append(failed, b.timedOut(ctx, pending)...)}
+	case notHeld >= q:
+		return 0, fmt.Errorf("%w: %q: %d of %d nodes say this owner does not hold it", fencelock.ErrNotHeld, lease.Name, notHeld, n)
+	}
+	sorted := slices.Clone(counts)
+	slices.SortFunc(sorted, func(a, b int) int { return b - a })
+	left := max(sorted[q-1], 0)
+	if left == 0 {
+		var stale []int
+		for i, c := range counts {
+			if c > 0 {
+				stale = append(stale, i)
+			}
+		}
+		b.drop(ctx, lease.Name, lease.Owner, stale, timeout)
+	}
+	return left, nil
+}
+
+// drop deletes the lock on the nodes idx where owner holds it, on a fresh context bounded by
+// the node timeout, and reports on how many it did.
+func (b *Backend) drop(ctx context.Context, name, owner string, idx []int, timeout time.Duration) int {
+	if len(idx) == 0 {
+		return 0
+	}
+	ctx, cancel := cleanupContext(ctx, timeout)
+	defer cancel()
+	keys := []string{b.Key(name)}
+	dropped := 0
+	_, _ = fanOut(ctx, b, idx, 0, func(ctx context.Context, nd *node) (int64, error) {
+		return dropScript.Run(ctx, nd.c, keys, owner, nd.publish).Int64()
+	}, func(r reply[int64]) bool {
+		if r.err == nil && r.v == 1 {
+			dropped++
+		}
+		return false
+	})
+	return dropped
+}
+
+// ForceRelease implements fencelock.ForceReleaser: it deletes the lock on every node where
+// the owner that a majority agrees on holds it, and wakes its waiters. The fence counters
+// stay, so the next token is still greater. Info.Held is false when no owner held a majority.
+func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info, error) {
+	info, err := b.Inspect(ctx, name)
+	if err != nil || !info.Held {
+		return info, err
+	}
+	b.drop(ctx, name, info.Owner, b.all, forceTimeout)
+	return info, nil
+}
+
+// forceTimeout bounds each node call of the operator's calls, which have no TTL to size it by.
+const forceTimeout = time.Second

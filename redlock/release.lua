@@ -1,0 +1,23 @@
+-- Ends one hold of a lock on one node; deletes the lock and announces the release when none
+-- is left.
+-- KEYS[1] the lock hash
+-- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] 'SPUBLISH' on Cluster, 'PUBLISH' elsewhere
+-- The release channel is KEYS[1] .. ':released', in the lock's hash slot.
+-- Returns the hold count left (0: the lock is free here), -1 when the owner does not hold the
+-- lock here. A hold released already leaves the count unchanged, so a retried release is
+-- harmless.
+local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'h:' .. ARGV[2])
+if h[1] ~= ARGV[1] then
+  return -1
+end
+local n = tonumber(h[2])
+if not h[3] then
+  return n
+end
+if n <= 1 then
+  redis.call('DEL', KEYS[1])
+  redis.call(ARGV[3], KEYS[1] .. ':released', '')
+  return 0
+end
+redis.call('HDEL', KEYS[1], 'h:' .. ARGV[2])
+return redis.call('HINCRBY', KEYS[1], 'count', -1)

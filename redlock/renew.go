@@ -1,0 +1,230 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+// renewReply is one node's answer for one lease.
+type renewReply struct {
+	state int   // 1 extended, 0 another owner holds it, -1 the key is gone
+	token int64 // extended: the token recorded on the node
+	count int   // extended: the hold count on the node
+	meta  string
+	err   error
+}
+
+// renewTally is what the nodes said of one lease.
+type renewTally struct {
+	ok, notHeld int
+	token       int64
+	count       int
+	meta        string
+	gone        []int // nodes where the key was gone: taken back once a majority confirmed
+	failed      []*NodeError
+	decided     bool
+}
+
+// Renew implements fencelock.Backend. The leases go to every node at once, as one pipeline per
+// node. A lease is renewed when a majority extended it with validity left: the TTL minus the
+// time since the renewals were sent, minus the drift allowance. It is not held (ErrNotHeld)
+// when a majority says so; otherwise the outcome is unknown (a *QuorumError) and the Client
+// tries again while its validity deadline allows.
+//
+// A node that lost the key (a restart without persistence, or a partition long enough for it
+// to expire there) gets it back, for the same owner, token and count, but only after a
+// majority confirmed the lease and only if the key is still free on that node.
+func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
+	out := make([]fencelock.Renewal, len(leases))
+	var live []int // the leases to send
+	var timeout time.Duration
+	for j, l := range leases {
+		if err := b.usable(l.Name); err != nil {
+			out[j].Err = err
+			continue
+		}
+		if err := b.checkTTL(l.TTL); err != nil {
+			out[j].Err = err
+			continue
+		}
+		if t := b.timeout(l.TTL); timeout == 0 || t < timeout {
+			timeout = t
+		}
+		live = append(live, j)
+	}
+	if len(live) == 0 {
+		return out
+	}
+	n, q := len(b.nodes), b.quorum
+	keys := make([][]string, len(live))
+	args := make([][]any, len(live))
+	for k, j := range live {
+		keys[k] = []string{b.Key(leases[j].Name)}
+		args[k] = []any{leases[j].Owner, leases[j].TTL.Milliseconds()}
+	}
+
+	start := time.Now()
+	tallies := make([]renewTally, len(live))
+	undecided := len(live)
+	pending, err := fanOut(ctx, b, b.all, timeout, func(ctx context.Context, nd *node) ([]renewReply, error) {
+		out := renewOn(ctx, nd.c, keys, args)
+		if err := ctx.Err(); err != nil {
+			return nil, err // the node timeout or ctx: fanOut tells which
+		}
+		return out, nil
+	}, func(r reply[[]renewReply]) bool {
+		for k := range tallies {
+			t := &tallies[k]
+			rr := renewReply{err: r.err}
+			if r.err == nil {
+				rr = r.v[k]
+			}
+			switch {
+			case rr.err != nil:
+				t.failed = append(t.failed, b.nodeErr(r.node, classifyOnce(rr.err)))
+			case rr.state == 1:
+				t.ok++
+				t.token, t.count = max(t.token, rr.token), max(t.count, rr.count)
+				if rr.meta != "" {
+					t.meta = rr.meta
+				}
+			case rr.state == -1:
+				t.notHeld++
+				t.gone = append(t.gone, r.node)
+			default:
+				t.notHeld++
+			}
+			if !t.decided && (t.ok >= q || t.notHeld > n-q || len(t.failed) > n-q) {
+				t.decided = true
+				undecided--
+			}
+		}
+		return undecided == 0
+	})
+	if err != nil {
+		for _, j := range live {
+			out[j].Err = err
+		}
+		return out
+	}
+	elapsed := time.Since(start)
+	timedOut := b.timedOut(ctx, pending)
+
+	retake := make(map[int][]int) // node → indexes into live of the leases to take back there
+	for k, j := range live {
+		t, l := &tallies[k], leases[j]
+		switch {
+		case t.ok >= q:
+			validity := l.TTL - elapsed - drift(l.TTL)
+			if validity <= 0 {
+				out[j].Err = fmt.Errorf("%w: %q: a majority confirmed the renewal after %v, TTL %v", ErrValidityExpired, l.Name, elapsed.Round(time.Microsecond), l.TTL)
+				continue
+			}
+			out[j].Validity = validity
+			for _, i := range t.gone {
+				retake[i] = append(retake[i], k)
+			}
+		case t.notHeld > n-q:
+			out[j].Err = fmt.Errorf("%w: %q: %d of %d nodes no longer hold it for this owner", fencelock.ErrNotHeld, l.Name, t.notHeld, n)
+		case ctx.Err() != nil:
+			out[j].Err = ctxErr("renew", l.Name, ctx.Err())
+		default:
+			out[j].Err = &QuorumError{Op: "renew", Name: l.Name, Granted: t.ok, Needed: q, Nodes: append(t.failed, timedOut...)}
+		}
+	}
+	if len(retake) > 0 {
+		b.retake(ctx, retake, live, leases, tallies, timeout)
+	}
+	return out
+}
+
+// renewOn sends the renewals to one node: one script call, or one pipeline for a batch.
+func renewOn(ctx context.Context, c redisbackend.Client, keys [][]string, args [][]any) []renewReply {
+	out := make([]renewReply, len(keys))
+	for k, cmd := range evalBatch(ctx, c, renewScript, keys, args) {
+		v, err := cmd.Slice()
+		if err != nil {
+			out[k].err = err
+			continue
+		}
+		var state int64 = 2 // none of the known replies
+		if len(v) > 0 {
+			state, _ = v[0].(int64)
+		}
+		switch {
+		case len(v) == 4 && state == 1:
+			token, _ := v[1].(int64)
+			count, _ := v[2].(int64)
+			meta, _ := v[3].(string)
+			out[k] = renewReply{state: 1, token: token, count: int(count), meta: meta}
+		case len(v) == 1 && (state == 0 || state == -1):
+			out[k].state = int(state)
+		default:
+			out[k].err = fmt.Errorf("%w: unexpected renew reply %v", fencelock.ErrUnavailable, v)
+		}
+	}
+	return out
+}
+
+// retake takes the leases back on the nodes that had lost them, where still free. It is best
+// effort: the renewal stands on the majority that confirmed it.
+func (b *Backend) retake(ctx context.Context, retake map[int][]int, live []int, leases []fencelock.Lease, tallies []renewTally, timeout time.Duration) {
+	ctx, cancel := cleanupContext(ctx, timeout)
+	defer cancel()
+	idx := make([]int, 0, len(retake))
+	for i := range retake {
+		idx = append(idx, i)
+	}
+	retention := b.retention
+	_, _ = fanOut(ctx, b, idx, 0, func(ctx context.Context, nd *node) (struct{}, error) {
+		ks := retake[nd.i]
+		keys := make([][]string, len(ks))
+		args := make([][]any, len(ks))
+		for m, k := range ks {
+			l, t := leases[live[k]], tallies[k]
+			keys[m] = b.keys(l.Name)
+			args[m] = []any{l.Owner, l.TTL.Milliseconds(), t.token, max(t.count, 1), max(retention, l.TTL).Milliseconds(), t.meta}
+		}
+		evalBatch(ctx, nd.c, retakeScript, keys, args)
+		return struct{}{}, nil
+	}, func(reply[struct{}]) bool { return false })
+}
+
+// evalBatch runs script once per keys/args pair on one node: a plain call for one, a pipeline
+// of EVALSHA for more, loading the script and sending again what failed with NOSCRIPT (a node
+// restarted empty, or SCRIPT FLUSH).
+func evalBatch(ctx context.Context, c redisbackend.Client, script *redis.Script, keys [][]string, args [][]any) []*redis.Cmd {
+	if len(keys) == 1 {
+		return []*redis.Cmd{script.Run(ctx, c, keys[0], args[0]...)}
+	}
+	cmds := make([]*redis.Cmd, len(keys))
+	send := func(which []int) {
+		_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range which {
+				cmds[k] = script.EvalSha(ctx, p, keys[k], args[k]...)
+			}
+			return nil
+		})
+	}
+	all := make([]int, len(keys))
+	for k := range all {
+		all[k] = k
+	}
+	send(all)
+	var again []int
+	for k, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			again = append(again, k)
+		}
+	}
+	if len(again) > 0 && script.Load(ctx, c).Err() == nil {
+		send(again)
+	}
+	return cmds
+}

@@ -1,0 +1,16 @@
+-- Extends a lock on one node if the owner still holds it there.
+-- KEYS[1] the lock hash
+-- ARGV[1] owner ID, ARGV[2] TTL in ms
+-- Returns {1, token, count, meta or false} when extended,
+--         {0} when another owner holds the lock here,
+--         {-1} when the key is gone (expired, deleted, or lost in a restart); nothing is
+--         written: only a renewal that a majority confirmed may take the key back (retake.lua).
+local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'count', 'meta')
+if h[1] == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(h[2] or '0'), tonumber(h[3] or '1'), h[4]}
+end
+if h[1] then
+  return {0}
+end
+return {-1}
