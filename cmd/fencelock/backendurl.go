@@ -18,6 +18,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/redisbackend"
+	"github.com/fencelock/fencelock/redlock"
 	"github.com/fencelock/fencelock/zkbackend"
 )
 
@@ -30,7 +31,8 @@ type store struct {
 	redis   redis.UniversalClient
 	etcd    *clientv3.Client
 	zk      *zk.Conn
-	url     string // redacted
+	nodes   []*redis.Client // Redlock's independent servers
+	url     string          // redacted
 	close   func() error
 }
 
@@ -125,11 +127,29 @@ func openStore(raw string) (*store, error) {
 		s.zk, s.backend = conn, zkbackend.New(conn, opts...)
 		s.close = func() error { conn.Close(); return nil }
 	case "redlock":
-		return nil, exitf(exitUsage, "backend URL %s: the %s backend is not built into this fencelock yet", s.url, u.Scheme)
+		if u.Host == "" {
+			return nil, exitf(exitUsage, "backend URL %s: want redlock://host:port,host:port,host:port (an odd number, at least 3)", s.url)
+		}
+		pass, _ := u.User.Password()
+		var clients []redisbackend.Client
+		for _, addr := range strings.Split(u.Host, ",") {
+			c := redis.NewClient(&redis.Options{Addr: addr, Password: pass, ContextTimeoutEnabled: true})
+			s.nodes = append(s.nodes, c)
+			clients = append(clients, c)
+		}
+		b := redlock.New(clients)
+		s.backend = b
+		s.close = func() error {
+			errs := []error{b.Close()}
+			for _, c := range s.nodes {
+				errs = append(errs, c.Close())
+			}
+			return errors.Join(errs...)
+		}
 	case "":
-		return nil, exitf(exitUsage, "backend URL %q has no scheme: want redis://, redis+sentinel://, redis+cluster://, etcd:// or zk://", redactRaw(raw))
+		return nil, exitf(exitUsage, "backend URL %q has no scheme: want redis://, redis+sentinel://, redis+cluster://, redlock://, etcd:// or zk://", redactRaw(raw))
 	default:
-		return nil, exitf(exitUsage, "backend URL %s: unknown scheme %q: want redis://, rediss://, redis+sentinel://, redis+cluster://, etcd:// or zk://", s.url, u.Scheme)
+		return nil, exitf(exitUsage, "backend URL %s: unknown scheme %q: want redis://, rediss://, redis+sentinel://, redis+cluster://, redlock://, etcd:// or zk://", s.url, u.Scheme)
 	}
 	return s, nil
 }
@@ -146,6 +166,17 @@ func (s *store) ping(ctx context.Context) error {
 		_, err = s.etcd.Get(ctx, "fencelock-ping", clientv3.WithCountOnly())
 	case s.zk != nil:
 		err = pingZK(ctx, s.zk)
+	case len(s.nodes) > 0:
+		// Redlock works with a majority: fail only when fewer answer.
+		var errs []error
+		for _, c := range s.nodes {
+			if e := c.Ping(ctx).Err(); e != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", c.Options().Addr, e))
+			}
+		}
+		if len(errs) > len(s.nodes)/2 {
+			err = errors.Join(errs...)
+		}
 	}
 	if err != nil {
 		return exitf(exitFailure, "backend %s does not answer: %v", s.url, err)

@@ -111,6 +111,8 @@ func runDoctor(ctx context.Context, g *globals, ttl time.Duration, out io.Writer
 		findings, err = auditEtcd(ctx, s, ttl)
 	case s.redis != nil:
 		findings, err = auditRedis(ctx, s, raw, ttl)
+	case len(s.nodes) > 0:
+		findings = auditRedlock(ctx, s.nodes, ttl)
 	default:
 		err = fmt.Errorf("doctor cannot audit a %s backend yet", s.kind)
 	}

@@ -240,3 +240,26 @@ func replicaAddrs(info map[string]string) []string {
 	slices.Sort(addrs)
 	return addrs
 }
+
+// auditRedlock audits each of Redlock's servers as a single server, and checks that they are
+// independent: a majority counted over one server reached twice is that server's word alone.
+func auditRedlock(ctx context.Context, nodes []*redis.Client, ttl time.Duration) []finding {
+	probed := make([]*redisNode, len(nodes))
+	for i, c := range nodes {
+		probed[i] = probeRedis(ctx, c, c.Options().Addr)
+	}
+	f := finding{Check: "topology", Severity: sevOK,
+		Message: fmt.Sprintf("Redlock over %d servers: a lock needs %d of them.", len(nodes), len(nodes)/2+1)}
+	if len(nodes)%2 == 0 || len(nodes) < 3 {
+		f.Severity = sevFail
+		f.Message = fmt.Sprintf("Redlock over %d servers: use an odd number, at least 3.", len(nodes))
+	}
+	fs := []finding{f}
+	if ind, ok := independence(probed); ok {
+		fs = append(fs, ind)
+	}
+	for _, n := range probed {
+		fs = append(fs, nodeFindings(n, modeSingle, ttl)...)
+	}
+	return fs
+}

@@ -83,6 +83,7 @@ The backend comes from --backend or FENCELOCK_BACKEND (default ` + defaultBacken
   rediss://...                                         the same over TLS
   redis+sentinel://[password@]host:port[,host:port]/master[/db]
   redis+cluster://[password@]host:port[,host:port]
+  redlock://[:password@]host:port,host:port,host:port   independent servers, an odd number
   etcd://host:port[,host:port]
   zk://host:port[,host:port][/root][?session_timeout=10s]`,
 		Version:       version,

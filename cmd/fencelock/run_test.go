@@ -284,3 +284,23 @@ func waitHeld(t *testing.T, r *testserver.Redis, name string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// redlock:// runs over independent servers; doctor flags one server listed twice.
+func TestRedlockURL(t *testing.T) {
+	var addrs []string
+	for range 3 {
+		addrs = append(addrs, testserver.StartRedis(t).Addr)
+	}
+	env := []string{"FENCELOCK_BACKEND=redlock://" + strings.Join(addrs, ",")}
+	if res := cli(t, 30*time.Second, env, "run", "rl", "--", "sh", "-c", "exit 4"); res.code != 4 {
+		t.Fatalf("run over redlock: %d %q", res.code, res.stderr)
+	}
+	res := cli(t, 30*time.Second, env, "doctor", "--json")
+	if !strings.Contains(res.stdout, `"independence"`) {
+		t.Fatalf("doctor over redlock did not check independence: %s", res.stdout)
+	}
+	dup := []string{"FENCELOCK_BACKEND=redlock://" + addrs[0] + "," + addrs[1] + "," + addrs[0]}
+	if res := cli(t, 30*time.Second, dup, "doctor"); res.code != exitFinding || !strings.Contains(res.stdout, "share run ID") {
+		t.Fatalf("doctor with a server listed twice: %d %q", res.code, res.stdout)
+	}
+}
