@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -200,6 +201,12 @@ func (c *Client) grant(vctx context.Context, name, owner, hold string, s *settin
 	}
 	sent = sent.Add(max(g.Elapsed, 0))
 	deadline := sent.Add(validity - drift(s.ttl))
+	if late := c.now().Sub(deadline); late >= 0 {
+		// The reply took longer than the lock lives: whatever the store granted may be another
+		// holder's by now. Undo it rather than hand out a lock that is already lost.
+		c.cleanup(Lease{Name: name, Owner: owner, TTL: s.ttl}, hold)
+		return nil, fmt.Errorf("%w: the grant of %q arrived %v after its validity had passed", ErrUnavailable, name, late)
+	}
 	// Renew well within the validity the backend vouched for, if that is the shorter.
 	every := min(s.renewEvery, validity/3)
 

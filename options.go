@@ -127,8 +127,8 @@ func WithObserver(fn func(Event)) ClientOption { return func(c *Client) { c.obse
 // WithObserver.
 func WithLogger(h slog.Handler) ClientOption { return WithObserver(slogObserver(h)) }
 
-// WithCleanupTimeout bounds the cleanup after an ambiguous acquire, and the release attempts
-// of a lock, each run on a fresh context. Default: 2s.
+// WithCleanupTimeout bounds the cleanup after an ambiguous acquire, which runs on a fresh
+// context of its own. Default: 2s.
 func WithCleanupTimeout(d time.Duration) ClientOption {
 	return func(c *Client) { c.cleanupTimeout = d }
 }
