@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTinyRun runs every scenario with tiny counts against real redis-server processes and
+// checks that the report covers every contender and that no lock ever had two holders. It
+// asserts nothing about timing.
+func TestTinyRun(t *testing.T) {
+	docs := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	cfg := &config{mode: "tiny", timeout: 3 * time.Minute, writeDocs: true, docs: docs, command: "go test"}
+	if err := cfg.finish(strings.Join(scenarioNames, ","), ""); err != nil {
+		t.Fatal(err)
+	}
+	var out, log bytes.Buffer
+	if err := run(context.Background(), cfg, &out, &log); err != nil {
+		t.Fatalf("run: %v\n%s", err, log.String())
+	}
+	report := out.String()
+	written, err := os.ReadFile(docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(written) != report {
+		t.Error("the docs file differs from the printed report")
+	}
+	if strings.Contains(report, "## Scenarios that failed") {
+		t.Errorf("a scenario failed:\n%s", report[strings.Index(report, "## Scenarios that failed"):])
+	}
+	for _, h := range []string{"## Against the targets", "## 1. Uncontended latency", "## 2. Throughput",
+		"## 3. Contention", "## 4. Handoff", "## 5. Redlock", "## 6. Watchdog at scale"} {
+		if !strings.Contains(report, h) {
+			t.Errorf("the report has no section %q", h)
+		}
+	}
+	for _, e := range entries() {
+		if !strings.Contains(report, "| "+e.Label()+" |") && !strings.Contains(report, "| "+e.Library+" |") {
+			t.Errorf("the report has no row for %s", e.Label())
+		}
+	}
+	// Contention table: the last column counts overlaps, two workers inside the critical
+	// section at once. Any would mean a lock was broken or the harness miscounts.
+	section := report[strings.Index(report, "## 3. Contention"):strings.Index(report, "## 4. Handoff")]
+	rows := regexp.MustCompile(`(?m)^\| (.+) \| (\d+) \|$`).FindAllStringSubmatch(section, -1)
+	if len(rows) == 0 {
+		t.Fatalf("no contention rows found:\n%s", section)
+	}
+	for _, r := range rows {
+		if r[2] != "0" {
+			t.Errorf("%s: %s overlaps", strings.SplitN(r[1], " |", 2)[0], r[2])
+		}
+	}
+	if t.Failed() {
+		t.Log(report)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	bad := [][]string{
+		{"-scenarios", "nope"},
+		{"-cycles", "-1"},
+		{"-cycles", "99999999"},
+		{"-contention-time", "1h"},
+		{"-watchdog-ttl", "1500us"},
+		{"-contenders", "("},
+		{"extra"},
+	}
+	for _, args := range bad {
+		fs := newFlagSet()
+		if _, err := parseFlags(fs, args); err == nil {
+			t.Errorf("%q: no error", args)
+		}
+	}
+	fs := newFlagSet()
+	cfg, err := parseFlags(fs, []string{"-quick", "-scenarios", "latency,handoff", "-cycles", "300", "-write-docs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.mode != "quick" || cfg.cycles != 300 || cfg.handoffs != modes["quick"].handoffs || !cfg.runs("handoff") || cfg.runs("watchdog") {
+		t.Errorf("unexpected config %+v", cfg)
+	}
+	if want := "go run ./bench -cycles=300 -quick -scenarios=latency,handoff -write-docs"; cfg.command != want {
+		t.Errorf("command %q, want %q", cfg.command, want)
+	}
+}
+
+func TestJain(t *testing.T) {
+	for _, c := range []struct {
+		counts []int
+		want   float64
+	}{
+		{[]int{5, 5, 5, 5}, 1},
+		{[]int{8, 0, 0, 0}, 0.25},
+		{[]int{0, 0}, 0},
+	} {
+		if got := jain(c.counts); got != c.want {
+			t.Errorf("jain(%v) = %v, want %v", c.counts, got, c.want)
+		}
+	}
+}

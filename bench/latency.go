@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"time"
+)
+
+// latencyRow is one contender's uncontended obtain+release cycles.
+type latencyRow struct {
+	entry         *Entry
+	cycles        int
+	p50, p90, p99 time.Duration
+	allocs, bytes float64 // per cycle, net of the background
+	background    rate    // what the process allocates per second while idle
+	failures      int
+	firstErr      error
+}
+
+// runLatency measures uncontended cycles: one goroutine, a fresh name per cycle, TryObtain
+// then Release. Timing interleaves the contenders cycle by cycle, in a fresh random order
+// each step, so that drift on the machine, and the garbage one contender leaves for the next
+// to collect, hit all alike. Allocations are counted in a pass of their own, a contender at a
+// time, as runtime.MemStats deltas less the process's idle background.
+func runLatency(ctx context.Context, cfg *config, es []*Entry, addrs []string, cycles int, tag string) ([]latencyRow, error) {
+	cs, err := connectAll(es, addrs)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(cs)
+	rows := make([]latencyRow, len(es))
+	for i := range es {
+		rows[i].entry = es[i]
+		// Warm up: connections, scripts loaded, pools filled.
+		for k := range cfg.warmup {
+			if err := cycle(ctx, cs[i], fmt.Sprintf("%s:warm:%d:%d", tag, i, k)); err != nil {
+				return nil, fmt.Errorf("%s: warm-up: %w", es[i].Label(), err)
+			}
+		}
+	}
+	if err := countAllocs(ctx, cs, rows, min(cycles, allocCycles), tag); err != nil {
+		return nil, err
+	}
+	samples := make([]durations, len(es))
+	for i := range samples {
+		samples[i] = make(durations, 0, cycles)
+	}
+	order := make([]int, len(es))
+	for i := range order {
+		order[i] = i
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for k := range cycles {
+		if k%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		rnd.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, i := range order {
+			name := tag + ":" + strconv.Itoa(i) + ":" + strconv.Itoa(k)
+			t0 := time.Now()
+			err := cycle(ctx, cs[i], name)
+			d := time.Since(t0)
+			if err != nil {
+				rows[i].failures++
+				if rows[i].firstErr == nil {
+					rows[i].firstErr = err
+				}
+				continue
+			}
+			samples[i] = append(samples[i], d)
+		}
+	}
+	for i := range rows {
+		s := samples[i].sorted()
+		rows[i].cycles = cycles
+		rows[i].p50, rows[i].p90, rows[i].p99 = s.quantile(0.5), s.quantile(0.9), s.quantile(0.99)
+	}
+	return rows, nil
+}
+
+// allocCycles is how many cycles per contender the allocation count runs: allocations
+// barely vary from cycle to cycle.
+const allocCycles = 2000
+
+// countAllocs runs n cycles of each contender in turn and sets rows' allocs and bytes per
+// cycle: runtime.MemStats deltas, less what the process allocates meanwhile while idle.
+func countAllocs(ctx context.Context, cs []Contender, rows []latencyRow, n int, tag string) error {
+	bg, err := background(ctx)
+	if err != nil {
+		return err
+	}
+	names := make([]string, n)
+	var m0, m1 runtime.MemStats
+	for i, c := range cs {
+		for k := range names {
+			names[k] = tag + ":allocs:" + strconv.Itoa(i) + ":" + strconv.Itoa(k)
+		}
+		runtime.ReadMemStats(&m0)
+		start := time.Now()
+		for _, name := range names {
+			if err := cycle(ctx, c, name); err != nil {
+				rows[i].failures++
+				if rows[i].firstErr == nil {
+					rows[i].firstErr = err
+				}
+			}
+		}
+		took := time.Since(start).Seconds()
+		runtime.ReadMemStats(&m1)
+		rows[i].background = bg
+		rows[i].allocs = max(float64(m1.Mallocs-m0.Mallocs)-bg.allocs*took, 0) / float64(n)
+		rows[i].bytes = max(float64(m1.TotalAlloc-m0.TotalAlloc)-bg.bytes*took, 0) / float64(n)
+	}
+	return nil
+}
+
+// rate is allocations and bytes per second.
+type rate struct{ allocs, bytes float64 }
+
+// backgroundWindow is how long the idle allocation rate is measured: four ticks of go-zero's
+// 250ms CPU sampler.
+const backgroundWindow = time.Second
+
+// background measures what the process allocates per second with every contender connected
+// and idle: their clients' housekeeping, and go-zero's CPU sampler. It is subtracted from
+// each contender's count, pro rata of the time its cycles took.
+func background(ctx context.Context) (rate, error) {
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	start := time.Now()
+	if err := sleep(ctx, backgroundWindow); err != nil {
+		return rate{}, err
+	}
+	took := time.Since(start).Seconds()
+	runtime.ReadMemStats(&m1)
+	return rate{float64(m1.Mallocs-m0.Mallocs) / took, float64(m1.TotalAlloc-m0.TotalAlloc) / took}, nil
+}
+
+// cycle is one uncontended obtain and release.
+func cycle(ctx context.Context, c Contender, name string) error {
+	h, err := c.TryObtain(ctx, name)
+	if err != nil {
+		return fmt.Errorf("obtain: %w", err)
+	}
+	if err := h.Release(ctx); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	return nil
+}
+
+// connectAll makes one contender per entry; on an error it closes those already made.
+func connectAll(es []*Entry, addrs []string) ([]Contender, error) {
+	cs := make([]Contender, 0, len(es))
+	for _, e := range es {
+		c, err := e.New(addrs[:e.Nodes])
+		if err != nil {
+			closeAll(cs)
+			return nil, fmt.Errorf("%s: connect: %w", e.Label(), err)
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+func closeAll(cs []Contender) {
+	for _, c := range cs {
+		_ = c.Close()
+	}
+}
