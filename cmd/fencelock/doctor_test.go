@@ -296,7 +296,7 @@ func TestDoctorThresholds(t *testing.T) {
 		}
 	}
 	writable := &redisNode{
-		info:   map[string]string{"role": "slave", "master_host": "10.0.0.1", "master_port": "6379"},
+		info:   map[string]string{"role": "slave", "master_host": "127.0.0.1", "master_port": "6379"},
 		config: map[string]string{"replica-read-only": "no"},
 	}
 	if f := checkReplication(writable, modeSingle); f.Severity != sevFail {
