@@ -1,0 +1,79 @@
+package zkbackend
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock"
+)
+
+var (
+	_ fencelock.Lister        = (*Backend)(nil)
+	_ fencelock.ForceReleaser = (*Backend)(nil)
+)
+
+// List implements fencelock.Lister: the locks under the root whose names start with prefix and
+// that someone holds.
+func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	names, _, err := b.conn.Children(b.root)
+	switch {
+	case err == zk.ErrNoNode:
+		return nil, nil
+	case err != nil:
+		return nil, classify(err)
+	}
+	var out []fencelock.Info
+	for _, name := range names {
+		if !strings.HasPrefix(name, prefix) || checkName(name) != nil {
+			continue
+		}
+		info, err := b.Inspect(ctx, name)
+		if err != nil {
+			return out, err
+		}
+		if info.Held {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
+
+// ForceRelease implements fencelock.ForceReleaser: it deletes the holder's node, if it is still
+// the node of the holder the operator saw; the next node in line then holds the lock. The
+// holder learns of it at its next renewal.
+func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info, error) {
+	info, err := b.Inspect(ctx, name)
+	if err != nil || !info.Held {
+		return info, err
+	}
+	q, err := b.queue(b.Path(name))
+	if err != nil || len(q) == 0 {
+		return fencelock.Info{Name: name}, err
+	}
+	path := b.Path(name) + "/" + q[0].name
+	data, stat, err := b.read(path)
+	switch {
+	case err == errVanished:
+		return fencelock.Info{Name: name}, nil
+	case err != nil:
+		return info, err
+	case data.owner != info.Owner || stat.Czxid != info.Token:
+		return fencelock.Info{Name: name}, nil // changed hands meanwhile
+	}
+	switch err := b.conn.Delete(path, stat.Version); {
+	case err == zk.ErrNoNode || err == zk.ErrBadVersion:
+		return fencelock.Info{Name: name}, nil
+	case err != nil:
+		return info, fmt.Errorf("force release of %q: %w", name, classify(err))
+	}
+	return info, nil
+}
