@@ -44,7 +44,9 @@ func WithTTL(ttl time.Duration) Option { return func(s *settings) { s.ttl = ttl 
 func WithOwner(owner string) Option { return func(s *settings) { s.owner = owner } }
 
 // WithRetry replaces the wake-on-release wait with polling at the strategy's intervals. Use it
-// for a backend without release notification, or to bound the number of attempts.
+// for a backend without release notification, or to bound the number of attempts. Strategies
+// that count attempts (ExponentialBackoff, LimitRetry) keep their count across calls: give each
+// Obtain its own, and only stateless ones (LinearBackoff) to WithDefaults.
 // Default: wait for a release notification or the holder's remaining TTL, whichever is first.
 func WithRetry(r RetryStrategy) Option { return func(s *settings) { s.retry = r } }
 
