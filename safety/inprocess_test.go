@@ -142,3 +142,40 @@ func newLocker(t *testing.T, url string) (*fencelock.Client, func()) {
 	t.Cleanup(stop)
 	return c, stop
 }
+
+// Scenario 10, second half: a holder that was away past its TTL never revives the lock under
+// its old token — its renewal finds the key gone (or another owner's) and fails.
+func TestNoRevivalAfterTTL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := testserver.StartRedis(t)
+	rdb := r.ClientT(t)
+	keys := redisbackend.New(rdb)
+	c, _ := newLocker(t, "redis://"+r.Addr)
+	other, _ := newLocker(t, "redis://"+r.Addr)
+	const ttl = 200 * time.Millisecond
+	for i, successor := range []bool{false, true} {
+		name := "revival-" + strconv.Itoa(i)
+		lock, err := c.Obtain(ctx, name, fencelock.WithTTL(ttl), fencelock.WithWatchdog(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(ttl + 50*time.Millisecond) // away, as if paused
+		var next *fencelock.Lock
+		if successor {
+			if next, err = other.Obtain(ctx, name, fencelock.WithTTL(10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := lock.Refresh(ctx, 10*time.Second); err == nil {
+			t.Fatalf("a lock away past its TTL was renewed (successor: %v)", successor)
+		}
+		owner := rdb.HGet(ctx, keys.Key(name), "owner").Val()
+		switch {
+		case !successor && owner != "":
+			t.Fatalf("the expired lock came back with owner %q", owner)
+		case successor && owner != next.Owner():
+			t.Fatalf("the successor's lock has owner %q after the old holder's renewal", owner)
+		}
+	}
+}
