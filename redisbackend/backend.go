@@ -32,13 +32,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/releasewatch"
 )
 
 // Client is the part of a go-redis client the backend uses: *redis.Client (a single node, or
@@ -68,7 +68,7 @@ type Backend struct {
 
 	retentionArg any // the fence retention in ms, boxed once
 	lastTTL      atomic.Pointer[boxedTTL]
-	watch        watchers
+	watch        *releasewatch.Set
 }
 
 var (
@@ -124,7 +124,7 @@ func New(c Client, opts ...Option) *Backend {
 		b.err = fmt.Errorf("%w: replicas %d with timeout %v", fencelock.ErrInvalid, b.replicas, b.replicaTO)
 	}
 	b.retentionArg = b.retention.Milliseconds()
-	b.watch.b = b
+	b.watch = releasewatch.New(c, b.sharded)
 	return b
 }
 
@@ -371,7 +371,7 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 // Close ends the release subscriptions still open. Waiters end theirs when they stop waiting,
 // so Close is only needed when a Backend is dropped while Obtain calls are still waiting.
 func (b *Backend) Close() error {
-	b.watch.closeAll()
+	b.watch.Close()
 	return nil
 }
 
@@ -400,11 +400,4 @@ func classify(err error) error {
 		return fmt.Errorf("%w: Redis refused: %w", fencelock.ErrInvalid, err)
 	}
 	return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
-}
-
-// watchers is the release-notification side; see notify.go.
-type watchers struct {
-	b      *Backend
-	mu     sync.Mutex
-	shards map[int]*shard
 }

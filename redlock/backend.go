@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/redisbackend"
 )
 
@@ -49,7 +50,7 @@ type node struct {
 	c       redisbackend.Client
 	addr    string
 	publish string // "SPUBLISH" on a sharded (Cluster) node, "PUBLISH" elsewhere
-	watch   nodeWatch
+	watch   *releasewatch.Set
 }
 
 // Option configures a Backend.
@@ -132,7 +133,7 @@ func (b *Backend) configure(clients []redisbackend.Client) error {
 		if sharded {
 			nd.publish = "SPUBLISH"
 		}
-		nd.watch = nodeWatch{n: nd, sharded: sharded}
+		nd.watch = releasewatch.New(nd.c, sharded)
 		b.nodes[i], b.all[i] = nd, i
 	}
 	b.ident.ids = make([][]string, n)
@@ -233,7 +234,7 @@ func (b *Backend) Close() error {
 	b.closed = true
 	b.mu.Unlock()
 	for _, n := range b.nodes {
-		n.watch.closeAll()
+		n.watch.Close()
 	}
 	b.calls.Wait()
 	return nil

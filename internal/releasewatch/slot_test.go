@@ -1,4 +1,4 @@
-package redisbackend
+package releasewatch
 
 import "testing"
 
@@ -9,14 +9,14 @@ func TestSlot(t *testing.T) {
 		"somekey":              11058,
 		"{user1000}.following": 3443,
 		"user1000":             3443,
-		"foo{}bar":             slot("foo{}bar"), // empty tag: the whole key
-		"x{abc}y":              slot("abc"),
+		"foo{}bar":             Slot("foo{}bar"), // empty tag: the whole key
+		"x{abc}y":              Slot("abc"),
 	} {
-		if got := slot(key); got != want {
-			t.Errorf("slot(%q) = %d, want %d", key, got, want)
+		if got := Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
 		}
 	}
-	if slot("foo{}bar") == slot("") {
+	if Slot("foo{}bar") == Slot("") {
 		t.Error("an empty hash tag must hash the whole key")
 	}
 }
