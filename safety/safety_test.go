@@ -8,8 +8,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,7 +33,14 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if path := os.Getenv("FENCELOCK_SAFETY_DOCS"); path != "" && code == 0 {
+		if err := writeResults(path); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func spawn(cfg WorkerConfig) *exec.Cmd {
@@ -47,17 +52,6 @@ func spawn(cfg WorkerConfig) *exec.Cmd {
 
 // full says whether to run the long version: FENCELOCK_SAFETY_FULL=1.
 var full = os.Getenv("FENCELOCK_SAFETY_FULL") == "1"
-
-type row struct {
-	backend, store string
-	sc             Scenario
-	r              Result
-}
-
-var (
-	resultsMu sync.Mutex
-	results   []row
-)
 
 // Scenario 1: workers paused 2×TTL at random points, including between read and write. With
 // fencing, no acknowledged addition is lost and no stale write is accepted; without, the
@@ -98,30 +92,12 @@ func TestPausedWorkers(t *testing.T) {
 				if fenced && (r.LostAdditions != 0 || r.StaleAccepted != 0) {
 					t.Fatalf("with fencing: %d lost additions, %d stale writes accepted", r.LostAdditions, r.StaleAccepted)
 				}
-				resultsMu.Lock()
-				results = append(results, row{b.name, store, sc, r})
-				resultsMu.Unlock()
+				record(outcome{Scenario: 1, Title: "worker paused 2×TTL", Backend: b.name, Setting: store + " store",
+					Rounds: sc.Workers * sc.Cycles, Unit: "cycles", StaleRefused: r.StaleRefused, StaleAccepted: r.StaleAccepted,
+					LostAdditions: r.LostAdditions, Note: fmt.Sprintf("%d pauses, %d writes, %d acknowledged", r.PausesDone, r.Writes, r.Acknowledged)})
 			})
 		}
 	}
-	if path := os.Getenv("FENCELOCK_SAFETY_DOCS"); path != "" {
-		if err := writeDocs(path); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func writeDocs(path string) error {
-	var b strings.Builder
-	b.WriteString("| backend | store | workers × cycles | pauses (2×TTL) | writes | acknowledged | lost additions | stale writes accepted | stale writes refused |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
-	resultsMu.Lock()
-	defer resultsMu.Unlock()
-	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %d × %d | %d | %d | %d | %d | %d | %d |\n", r.backend, r.store, r.sc.Workers, r.sc.Cycles,
-			r.r.PausesDone, r.r.Writes, r.r.Acknowledged, r.r.LostAdditions, r.r.StaleAccepted, r.r.StaleRefused)
-	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // startEtcd starts a real single-member etcd in this process and returns its URL.
