@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +27,7 @@ const (
 	sentinelReadyTimeout = 30 * time.Second
 )
 
-// Sentinel is a master, a replica and one Redis Sentinel monitoring them.
+// Sentinel is a master, its replicas and one Redis Sentinel monitoring them.
 // One sentinel with quorum 1 is enough: a forced failover (SENTINEL FAILOVER)
 // needs no agreement, and after a crash the lone sentinel is its own majority,
 // so automatic failover works too (down-after-milliseconds is 1000).
@@ -34,10 +36,31 @@ type Sentinel struct {
 	// Master and Replica are the initial roles; they swap on failover (use
 	// CurrentMaster and Node). Restart replays a node's initial arguments, so
 	// a restarted initial replica points at the initial master again until
-	// the sentinel reconfigures it.
+	// the sentinel reconfigures it (unless Proxied: the proxies are made
+	// after the nodes, so a restarted node comes back as a master). Replicas lists every initial replica;
+	// Replica is the first.
 	Master, Replica *Redis
+	Replicas        []*Redis
 	Sentinels       []*Redis
 	SentinelAddrs   []string
+
+	proxies map[*Redis]*Proxy // with SentinelConfig.Proxied
+}
+
+// SentinelConfig shapes a Sentinel deployment; the zero value is what
+// StartSentinel starts.
+type SentinelConfig struct {
+	Replicas int      // replicas of the master; 0 means 1
+	DataArgs []string // extra redis-server arguments for every data node (roles swap at a failover)
+	// Proxied puts a Proxy in front of every data node and makes the node
+	// announce it (replica-announce-port): the sentinel, the replication
+	// links and the clients the sentinel routes all reach a node through its
+	// proxy, while a client dialling the node's own Addr does not. Cutting or
+	// blackholing a node's proxy partitions it from the rest of the
+	// deployment but not from its direct clients. The addresses the sentinel
+	// reports (CurrentMaster, Failover) are then proxy addresses; Node maps
+	// them back.
+	Proxied bool
 }
 
 // StartSentinel starts a master, a replica and a sentinel and stops them when
@@ -45,11 +68,20 @@ type Sentinel struct {
 // knows it, so a failover can happen right away.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
-	s, err := NewSentinel()
+	return StartSentinelConfig(t, SentinelConfig{})
+}
+
+// StartSentinelConfig is StartSentinel for the deployment cfg describes.
+func StartSentinelConfig(t testing.TB, cfg SentinelConfig) *Sentinel {
+	t.Helper()
+	s, err := NewSentinelConfig(cfg)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	procs := []*process{s.Master.proc, s.Replica.proc}
+	procs := []*process{s.Master.proc}
+	for _, r := range s.Replicas {
+		procs = append(procs, r.proc)
+	}
 	for _, sn := range s.Sentinels {
 		procs = append(procs, sn.proc)
 	}
@@ -58,10 +90,17 @@ func StartSentinel(t testing.TB) *Sentinel {
 }
 
 // NewSentinel is StartSentinel without a testing.TB; the caller must Close it.
-func NewSentinel() (*Sentinel, error) {
+func NewSentinel() (*Sentinel, error) { return NewSentinelConfig(SentinelConfig{}) }
+
+// NewSentinelConfig is StartSentinelConfig without a testing.TB; the caller
+// must Close it.
+func NewSentinelConfig(cfg SentinelConfig) (*Sentinel, error) {
 	// Fail before starting anything when the sentinel binary is missing.
 	if _, err := redisBinary(true); err != nil {
 		return nil, err
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 1
 	}
 	s := &Sentinel{MasterName: SentinelMasterName}
 	ok := false
@@ -73,22 +112,55 @@ func NewSentinel() (*Sentinel, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), sentinelReadyTimeout)
 	defer cancel()
 
-	// Both data nodes get the fast-sync settings because roles swap on
+	// Every data node gets the fast-sync settings because roles swap on
 	// failover: a diskless sync without delay takes milliseconds.
-	replArgs := []string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
+	dataArgs := append([]string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}, cfg.DataArgs...)
 	var err error
-	if s.Master, err = NewRedis(replArgs...); err != nil {
+	if s.Master, err = NewRedis(dataArgs...); err != nil {
 		return nil, err
+	}
+	for range cfg.Replicas {
+		args := dataArgs
+		if !cfg.Proxied {
+			// On the command line, so a restarted replica comes back as one.
+			args = append(slices.Clip(args), "--replicaof", "127.0.0.1", strconv.Itoa(s.Master.Port))
+		}
+		r, err := NewRedis(args...)
+		if err != nil {
+			return nil, err
+		}
+		s.Replicas = append(s.Replicas, r)
+	}
+	s.Replica = s.Replicas[0]
+	if cfg.Proxied {
+		s.proxies = make(map[*Redis]*Proxy)
+		for _, r := range s.nodes() {
+			p, err := NewProxy(r.Addr)
+			if err != nil {
+				return nil, err
+			}
+			s.proxies[r] = p
+			_, port, _ := net.SplitHostPort(p.Addr)
+			if err := configSet(ctx, r.Addr, "replica-announce-ip", "127.0.0.1", "replica-announce-port", port); err != nil {
+				return nil, err
+			}
+		}
 	}
 	// Sentinel reconfigures nodes with the address it monitors, so everything
 	// uses 127.0.0.1 consistently.
-	if s.Replica, err = NewRedis(append(replArgs, "--replicaof", "127.0.0.1", fmt.Sprint(s.Master.Port))...); err != nil {
-		return nil, err
+	master := s.announced(s.Master)
+	host, port, _ := net.SplitHostPort(master)
+	if cfg.Proxied {
+		for _, r := range s.Replicas {
+			if err := replicaOf(ctx, r.Addr, host, port); err != nil {
+				return nil, err
+			}
+		}
 	}
 	// The sentinel discovers replicas from the master's INFO, which it reads
 	// on connect and then only every 10s; waiting for replication first makes
 	// discovery immediate.
-	if err := waitReplicated(ctx, s.Master.Addr); err != nil {
+	if err := waitReplicatedN(ctx, s.Master.Addr, len(s.Replicas)); err != nil {
 		return nil, err
 	}
 	sn, err := newRedisServer(redisSpec{
@@ -98,11 +170,11 @@ func NewSentinel() (*Sentinel, error) {
 			// Sentinel insists on a writable config file it can rewrite.
 			conf := filepath.Join(dir, "sentinel.conf")
 			body := fmt.Sprintf(`sentinel resolve-hostnames no
-sentinel monitor %[1]s 127.0.0.1 %[2]d 1
+sentinel monitor %[1]s %[2]s %[3]s 1
 sentinel down-after-milliseconds %[1]s 1000
 sentinel failover-timeout %[1]s 5000
 sentinel parallel-syncs %[1]s 1
-`, s.MasterName, s.Master.Port)
+`, s.MasterName, host, port)
 			if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 				return nil, fmt.Errorf("testserver: %w", err)
 			}
@@ -114,11 +186,56 @@ sentinel parallel-syncs %[1]s 1
 	}
 	s.Sentinels = append(s.Sentinels, sn)
 	s.SentinelAddrs = append(s.SentinelAddrs, sn.Addr)
-	if err := s.waitReplicaKnown(ctx, s.Replica.Addr); err != nil {
-		return nil, err
+	for _, r := range s.Replicas {
+		if err := s.waitReplicaKnown(ctx, s.announced(r)); err != nil {
+			return nil, err
+		}
 	}
 	ok = true
 	return s, nil
+}
+
+// nodes returns the data nodes: the initial master, then the replicas.
+func (s *Sentinel) nodes() []*Redis {
+	var out []*Redis
+	if s.Master != nil {
+		out = append(out, s.Master)
+	}
+	return append(out, s.Replicas...)
+}
+
+// announced is the address the deployment knows r by: its proxy's when
+// Proxied, else its own.
+func (s *Sentinel) announced(r *Redis) string {
+	if p := s.proxies[r]; p != nil {
+		return p.Addr
+	}
+	return r.Addr
+}
+
+// Proxy returns the proxy in front of the data node r (nil unless Proxied).
+func (s *Sentinel) Proxy(r *Redis) *Proxy { return s.proxies[r] }
+
+func configSet(ctx context.Context, addr string, pairs ...string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	args := []any{"CONFIG", "SET"}
+	for _, p := range pairs {
+		args = append(args, p)
+	}
+	if err := c.Do(ctx, args...).Err(); err != nil {
+		return fmt.Errorf("testserver: CONFIG SET on %s: %w", addr, err)
+	}
+	return nil
+}
+
+func replicaOf(ctx context.Context, addr, host, port string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	if err := c.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		return fmt.Errorf("testserver: REPLICAOF %s %s on %s: %w", host, port, addr, err)
+	}
+	return nil
 }
 
 // waitReplicated waits until a write on the master reaches a replica. A
@@ -127,6 +244,11 @@ sentinel parallel-syncs %[1]s 1
 // ACK (up to a second later), and a failover in that window loses the writes.
 // The probe key is deleted again, so the dataset stays as the test left it.
 func waitReplicated(ctx context.Context, master string) error {
+	return waitReplicatedN(ctx, master, 1)
+}
+
+// waitReplicatedN is waitReplicated for n replicas.
+func waitReplicatedN(ctx context.Context, master string, n int) error {
 	c := redis.NewClient(&redis.Options{Addr: master, ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer c.Close()
 	const probe = "testserver:replication-probe"
@@ -138,12 +260,12 @@ func waitReplicated(ctx context.Context, master string) error {
 			if err := c.Del(ctx, probe).Err(); err != nil {
 				return err
 			}
-			n, err := c.Wait(ctx, 1, 100*time.Millisecond).Result()
+			got, err := c.Wait(ctx, n, 100*time.Millisecond).Result()
 			if err != nil {
 				return err
 			}
-			if n < 1 {
-				return errors.New("no replica acknowledged a write")
+			if got < int64(n) {
+				return fmt.Errorf("%d of %d replicas acknowledged a write", got, n)
 			}
 			return nil
 		})
@@ -210,10 +332,11 @@ func (s *Sentinel) Close() error {
 	for _, sn := range s.Sentinels {
 		errs = append(errs, sn.Close())
 	}
-	for _, r := range []*Redis{s.Master, s.Replica} {
-		if r != nil {
-			errs = append(errs, r.Close())
-		}
+	for _, r := range s.nodes() {
+		errs = append(errs, r.Close())
+	}
+	for _, p := range s.proxies {
+		errs = append(errs, p.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -235,10 +358,11 @@ func (s *Sentinel) ClientT(t testing.TB) *redis.Client {
 	return c
 }
 
-// Node returns the data node (Master or Replica) listening on addr, or nil.
+// Node returns the data node listening on addr, or behind the proxy at addr;
+// nil if none.
 func (s *Sentinel) Node(addr string) *Redis {
-	for _, r := range []*Redis{s.Master, s.Replica} {
-		if r != nil && r.Addr == addr {
+	for _, r := range s.nodes() {
+		if r.Addr == addr || s.announced(r) == addr {
 			return r
 		}
 	}
@@ -276,6 +400,43 @@ func (s *Sentinel) Failover(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	newMaster, err := s.ForceFailover(ctx)
+	if err != nil {
+		return "", err
+	}
+	for {
+		lastErr := withTimeout(ctx, time.Second, func(ctx context.Context) error {
+			demoted, err := demote(ctx, old, newMaster)
+			if err != nil {
+				return err
+			}
+			if demoted {
+				// So a write acknowledged after Failover survives the next
+				// failover.
+				return waitReplicated(ctx, newMaster)
+			}
+			return nil
+		})
+		if lastErr == nil {
+			return newMaster, nil
+		}
+		if sleepCtx(ctx, 20*time.Millisecond) != nil {
+			return "", fmt.Errorf("testserver: failover from %s did not complete: %v", old, lastErr)
+		}
+	}
+}
+
+// ForceFailover is Failover without the demotion: the old master keeps its
+// role (and takes writes from clients that reach it) until the sentinel
+// reconfigures it, about 8s after it can reach it again, or Demote. It is how
+// a failover looks to a master cut off from the sentinels.
+func (s *Sentinel) ForceFailover(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, failoverTimeout)
+	defer cancel()
+	old, err := s.CurrentMaster(ctx)
+	if err != nil {
+		return "", err
+	}
 	sc := sentinelClient(s.SentinelAddrs[0])
 	defer sc.Close()
 	// NOGOODSLAVE and INPROG are transient: right after startup or a previous
@@ -294,8 +455,8 @@ func (s *Sentinel) Failover(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("testserver: SENTINEL FAILOVER kept failing: %w", err)
 		}
 	}
-	var newMaster string
 	for {
+		var newMaster string
 		lastErr := withTimeout(ctx, time.Second, func(ctx context.Context) error {
 			cur, err := s.CurrentMaster(ctx)
 			if err != nil {
@@ -305,25 +466,42 @@ func (s *Sentinel) Failover(ctx context.Context) (string, error) {
 				return fmt.Errorf("sentinel still reports %s", old)
 			}
 			newMaster = cur
-			if err := checkRole(ctx, cur, "master"); err != nil {
-				return err
-			}
-			demoted, err := demote(ctx, old, cur)
-			if err != nil {
-				return err
-			}
-			if demoted {
-				// So a write acknowledged after Failover survives the next
-				// failover.
-				return waitReplicated(ctx, cur)
-			}
-			return nil
+			return checkRole(ctx, cur, "master")
 		})
 		if lastErr == nil {
 			return newMaster, nil
 		}
 		if sleepCtx(ctx, 20*time.Millisecond) != nil {
 			return "", fmt.Errorf("testserver: failover from %s did not complete: %v", old, lastErr)
+		}
+	}
+}
+
+// Demote makes the node the deployment knows as addr a replica of the
+// current master, as the sentinel would itself about 8s after reaching it,
+// and waits until it is in sync.
+func (s *Sentinel) Demote(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, failoverTimeout)
+	defer cancel()
+	cur, err := s.CurrentMaster(ctx)
+	if err != nil {
+		return err
+	}
+	if cur == addr {
+		return fmt.Errorf("testserver: %s is the current master", addr)
+	}
+	for {
+		lastErr := withTimeout(ctx, time.Second, func(ctx context.Context) error {
+			if _, err := demote(ctx, addr, cur); err != nil {
+				return err
+			}
+			return waitReplicatedN(ctx, cur, len(s.Replicas))
+		})
+		if lastErr == nil {
+			return nil
+		}
+		if sleepCtx(ctx, 20*time.Millisecond) != nil {
+			return fmt.Errorf("testserver: demote %s: %v", addr, lastErr)
 		}
 	}
 }

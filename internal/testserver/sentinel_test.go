@@ -98,3 +98,47 @@ func TestSentinelFailoverAfterMasterKilled(t *testing.T) {
 		t.Fatalf("GET before on the new master = %q, %v", got, err)
 	}
 }
+
+// A proxied deployment: cutting the master's proxy partitions it from the
+// replicas and the sentinel, not from a direct client. A write the old master
+// takes during the partition is lost when it rejoins.
+func TestSentinelProxiedPartition(t *testing.T) {
+	t.Parallel()
+	s := StartSentinelConfig(t, SentinelConfig{Replicas: 2, Proxied: true})
+	ctx := context.Background()
+	old, err := s.CurrentMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old != s.Proxy(s.Master).Addr || s.Node(old) != s.Master {
+		t.Fatalf("the sentinel reports %s; the master's proxy is %s", old, s.Proxy(s.Master).Addr)
+	}
+	direct := directClient(t, s.Master.Addr)
+	s.Proxy(s.Master).Blackhole()
+	if err := direct.Set(ctx, "partitioned", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	newMaster, err := s.ForceFailover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Node(newMaster) == s.Master || s.Node(newMaster) == nil {
+		t.Fatalf("new master %s", newMaster)
+	}
+	// Both replicas follow the new master; the old one still takes writes.
+	if err := direct.Set(ctx, "split", "1", 0).Err(); err != nil {
+		t.Fatalf("the cut-off master refused a write: %v", err)
+	}
+	s.Proxy(s.Master).Restore()
+	if err := s.Demote(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"partitioned", "split"} {
+		if n := directClient(t, s.Node(newMaster).Addr).Exists(ctx, key).Val(); n != 0 {
+			t.Fatalf("%s reached the new master", key)
+		}
+		if n := direct.Exists(ctx, key).Val(); n != 0 {
+			t.Fatalf("%s survived the demotion", key)
+		}
+	}
+}
