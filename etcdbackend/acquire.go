@@ -54,8 +54,15 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 	if req.Meta != "" {
 		then = append(then, clientv3.OpPut(b.metaKey(req.Name, req.Owner), req.Meta, clientv3.WithLease(s.id)))
 	}
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}
+	if !queue {
+		// One attempt joins only an empty queue: a key that joined a held lock only to leave
+		// again would stand at the head between the holder's release and its own deletion,
+		// and every attempt in between would be told the lock is held when no one holds it.
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix())
+	}
 	resp, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		If(cmps...).
 		Then(then...).
 		Else(clientv3.OpGet(key), first).
 		Commit()
@@ -84,9 +91,12 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 	}
 
 	// The owner has a key already: a reentrant acquisition, or the retry of one whose outcome
-	// was lost.
+	// was lost. Or, for one attempt, the queue was not empty.
 	mine := resp.Responses[0].GetResponseRange().Kvs
 	if len(mine) == 0 {
+		if !queue {
+			return fencelock.Grant{}, held(req.Name)
+		}
 		return fencelock.Grant{}, fmt.Errorf("%w: the owner's key vanished during the acquisition", fencelock.ErrUnavailable)
 	}
 	if len(holderKVs) == 0 || holderKVs[0].CreateRevision != mine[0].CreateRevision {
