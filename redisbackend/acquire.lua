@@ -7,38 +7,15 @@
 --         {0, pttl} when another owner holds it.
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 then
-  -- Free. The token is the greater of the counter plus one and the server clock in
-  -- microseconds, so it keeps increasing after the counter expires or a failover loses the
-  -- last increments.
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if last == nil then
-    return redis.error_reply('FENCELOCK the fence key holds a value fencelock did not write')
+  local token, err = take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+  if not token then
+    return redis.error_reply(err)
   end
-  local token = math.max(now, last + 1)
-  local s = string.format('%.0f', token)
-  redis.call('SET', KEYS[2], s, 'PX', math.max(tonumber(ARGV[4]), tonumber(ARGV[3])))
-  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', s, 'count', 1, 'h:' .. ARGV[2], 1)
-  if ARGV[5] ~= '' then
-    redis.call('HSET', KEYS[1], 'meta', ARGV[5])
-  end
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {1, token, 1}
 end
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == ARGV[1] then
-  -- A hold ID seen before is a retried acquire: it does not count twice.
-  local n
-  if redis.call('HSETNX', KEYS[1], 'h:' .. ARGV[2], 1) == 1 then
-    n = redis.call('HINCRBY', KEYS[1], 'count', 1)
-  else
-    n = tonumber(redis.call('HGET', KEYS[1], 'count'))
-  end
-  if pttl < tonumber(ARGV[3]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  end
-  return {1, tonumber(redis.call('HGET', KEYS[1], 'token')), n}
+  return reenter(KEYS[1], ARGV[2], ARGV[3], pttl)
 end
 if owner and pttl >= 0 then
   return {0, pttl}

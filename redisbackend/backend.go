@@ -2,9 +2,11 @@
 // Sentinel-managed master, or a Cluster.
 //
 // A lock named N is a hash under the key <prefix>{N}: {owner, token, count, h:<hold> per hold,
-// and meta when the holder publishes it}, with the lock's TTL. Its fence counter is <prefix>{N}:fence, and releases are announced on
-// the channel <prefix>{N}:released. The braces are a Cluster hash tag, so all three live in one
-// slot and every operation is one script, one round trip.
+// and meta when the holder publishes it}, with the lock's TTL. Its fence counter is
+// <prefix>{N}:fence; Obtain's waiters line up in <prefix>{N}:q and <prefix>{N}:q:e (see
+// AcquireQueued); releases and hand-overs are announced on the channel <prefix>{N}:released.
+// The braces are a Cluster hash tag, so all of them live in one slot and every operation is one
+// script, one round trip.
 //
 // # Fencing tokens
 //
@@ -74,6 +76,7 @@ type Backend struct {
 var (
 	_ fencelock.Backend        = (*Backend)(nil)
 	_ fencelock.ReleaseWatcher = (*Backend)(nil)
+	_ fencelock.Queue          = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -170,7 +173,10 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	var err error
 	acked := -1
 	if b.replicas > 0 {
-		reply, acked, err = b.acquireReplicated(ctx, keys, args)
+		var v any
+		if v, acked, err = b.replicated(ctx, acquireScript, acquireSrc, keys, args); err == nil {
+			reply, _ = v.([]any)
+		}
 	} else {
 		reply, err = acquireScript.Run(ctx, b.c, keys, args...).Slice()
 	}
@@ -185,54 +191,68 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Remaining: time.Duration(res[1]) * time.Millisecond}
 	}
 	if acked >= 0 && acked < b.replicas {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_, _ = b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
+		b.undo(ctx, req)
 		return fencelock.Grant{}, fmt.Errorf("%w: only %d of %d replicas acknowledged the lock within %v", fencelock.ErrUnavailable, acked, b.replicas, b.replicaTO)
 	}
 	return fencelock.Grant{Token: res[1], Count: int(res[2])}, nil
 }
 
-// acquireReplicated runs the acquire script and WAIT on one connection, in one round trip:
-// WAIT counts the replicas that have the writes of its own connection.
-func (b *Backend) acquireReplicated(ctx context.Context, keys []string, args []any) ([]any, int, error) {
-	var node interface {
+// replicated runs script and WAIT on one connection, in one round trip: WAIT counts the
+// replicas that have the writes of its own connection.
+func (b *Backend) replicated(ctx context.Context, script *redis.Script, src string, keys []string, args []any) (any, int, error) {
+	type node interface {
 		Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 		ScriptLoad(ctx context.Context, script string) *redis.StringCmd
-	} = b.c
-	if cc, ok := b.c.(*redis.ClusterClient); ok {
-		m, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return nil, 0, err
-		}
-		node = m
 	}
-	for attempt := 0; ; attempt++ {
+	cc, cluster := b.c.(*redis.ClusterClient)
+	// On a Cluster the pipeline goes to the key's master directly, past the cluster client,
+	// which therefore never sees a MOVED reply: after a failover or a reshard it is told here
+	// to reload its slot map, synchronously, and the call goes to the new master.
+	master := func() (node, error) {
+		if !cluster {
+			return b.c, nil
+		}
+		return cc.MasterForKey(ctx, keys[0])
+	}
+	n, err := master()
+	if err != nil {
+		return nil, 0, err
+	}
+	loaded, moved := false, false
+	for {
 		var eval *redis.Cmd
 		var wait *redis.Cmd
-		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			eval = p.EvalSha(ctx, acquireScript.Hash(), keys, args...)
+		_, _ = n.Pipelined(ctx, func(p redis.Pipeliner) error {
+			eval = p.EvalSha(ctx, script.Hash(), keys, args...)
 			wait = p.Do(ctx, "WAIT", b.replicas, b.replicaTO.Milliseconds())
 			return nil
 		})
 		if err := eval.Err(); err != nil {
-			if attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				if err := node.ScriptLoad(ctx, acquireSrc).Err(); err != nil {
+			switch {
+			case !loaded && redis.HasErrorPrefix(err, "NOSCRIPT"):
+				loaded = true
+				if err := n.ScriptLoad(ctx, src).Err(); err != nil {
+					return nil, 0, err
+				}
+				continue
+			case cluster && !moved && redis.HasErrorPrefix(err, "MOVED"):
+				moved = true
+				// ForEachMaster loads the slot map afresh before it returns.
+				if err := cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }); err != nil {
+					return nil, 0, err
+				}
+				if n, err = master(); err != nil {
 					return nil, 0, err
 				}
 				continue
 			}
 			return nil, 0, err
 		}
-		res, err := eval.Slice()
-		if err != nil {
-			return nil, 0, err
-		}
 		n, err := wait.Int64()
 		if err != nil {
 			n = 0
 		}
-		return res, int(n), nil
+		return eval.Val(), int(n), nil
 	}
 }
 
@@ -320,12 +340,11 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
 	}
-	lockKey := b.Key(lease.Name)
 	publish := "PUBLISH"
 	if b.sharded {
 		publish = "SPUBLISH"
 	}
-	n, err := releaseScript.Run(ctx, b.c, []string{lockKey}, lease.Owner, hold, publish).Int64()
+	n, err := releaseScript.Run(ctx, b.c, b.queueKeys(lease.Name), lease.Owner, hold, publish, b.retentionArg).Int64()
 	switch {
 	case err != nil:
 		return 0, classify(err)

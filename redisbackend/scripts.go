@@ -7,18 +7,29 @@ import (
 )
 
 var (
+	//go:embed take.lua
+	takeSrc string
 	//go:embed acquire.lua
-	acquireSrc string
+	acquireBody string
+	//go:embed queue.lua
+	queueBody string
+	//go:embed leave.lua
+	leaveSrc string
 	//go:embed renew.lua
 	renewSrc string
 	//go:embed release.lua
-	releaseSrc string
+	releaseBody string
 	//go:embed inspect.lua
 	inspectSrc string
 	//go:embed force.lua
 	forceSrc string
 
+	// The scripts that give a lock to an owner share take.lua's functions.
+	acquireSrc    = takeSrc + acquireBody
+	releaseSrc    = takeSrc + releaseBody
 	acquireScript = redis.NewScript(acquireSrc)
+	queueScript   = redis.NewScript(takeSrc + queueBody)
+	leaveScript   = redis.NewScript(leaveSrc)
 	renewScript   = redis.NewScript(renewSrc)
 	releaseScript = redis.NewScript(releaseSrc)
 	inspectScript = redis.NewScript(inspectSrc)

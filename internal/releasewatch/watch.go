@@ -34,7 +34,13 @@ func New(c Subscriber, sharded bool) *Set { return &Set{c: c, sharded: sharded} 
 
 // A Waiter is woken, through Wake, each time a channel it watches may have seen a release. One
 // Waiter may watch the same channel on several Sets (Redlock's nodes); any of them wakes it.
-type Waiter struct{ Wake chan struct{} }
+type Waiter struct {
+	Wake chan struct{}
+	// Message, when set, sees each message's payload first and says whether it wakes the
+	// Waiter. It runs on the dispatch goroutine with the Set locked: it must not block.
+	// A subscription acknowledged again after a reconnect always wakes.
+	Message func(payload string) (wake bool)
+}
 
 // NewWaiter returns a Waiter whose Wake holds one pending wake-up.
 func NewWaiter() *Waiter { return &Waiter{Wake: make(chan struct{}, 1)} }
@@ -157,11 +163,11 @@ func (s *Set) key(name string) int {
 func (s *Set) dispatch(sh *shard) {
 	defer close(sh.exited)
 	for msg := range sh.ps.ChannelWithSubscriptions(redis.WithChannelSize(64)) {
-		var name string
+		var name, payload string
 		var ack bool
 		switch m := msg.(type) {
 		case *redis.Message:
-			name = m.Channel
+			name, payload = m.Channel, m.Payload
 		case *redis.Subscription:
 			if m.Kind != "subscribe" && m.Kind != "ssubscribe" {
 				continue
@@ -177,6 +183,9 @@ func (s *Set) dispatch(sh *shard) {
 				close(ch.ready)
 			} else {
 				for w := range ch.waiters {
+					if !ack && w.Message != nil && !w.Message(payload) {
+						continue
+					}
 					select {
 					case w.Wake <- struct{}{}:
 					default:

@@ -1,0 +1,181 @@
+package redisbackend
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/releasewatch"
+)
+
+// maxEntryLife bounds how long a waiter's place in line outlives its last renewal. A waiter
+// that dies in line can be handed the lock within that time, which then waits out the lock's
+// TTL as if a holder had died; a live waiter renews its place three times per entry life.
+const maxEntryLife = 5 * time.Second
+
+// AcquireQueued implements fencelock.Queue: a waiter takes a place in a line kept in Redis
+// beside the lock, and the release of the last hold hands the lock to the first live waiter
+// inside the same script, announcing the grant on the lock's channel. The waiter learns it
+// holds the lock from that message: a hand-off costs no round trip after the release.
+//
+// A place in line lives min(TTL, 5s) unless renewed; the waiter renews it a third of that
+// apart. A lock that expires rather than being released goes to the first live waiter at its
+// next attempt, made when the holder's TTL runs out. One attempt (Acquire, TryObtain) ignores
+// the line: it takes a free lock, and a lock is only free with waiters in line when its holder
+// let it expire.
+func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+	if err := b.usable(req.Name); err != nil {
+		return fencelock.Grant{}, err
+	}
+	if strings.Contains(req.Hold, "@") {
+		return fencelock.Grant{}, fmt.Errorf("%w: hold ID %q contains '@'", fencelock.ErrInvalid, req.Hold)
+	}
+	life := min(req.TTL, maxEntryLife)
+	keys := b.queueKeys(req.Name)
+	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, life.Milliseconds()}
+	start := time.Now()
+
+	// The first attempt goes before subscribing: a free lock costs one round trip.
+	sent := start
+	g, pttl, err := b.queueAttempt(ctx, req, keys, args)
+	if err != nil || g != nil {
+		return b.queued(ctx, req, g, start, sent, err)
+	}
+
+	member := req.Hold + "@" + req.Owner
+	granted := make(chan int64, 1)
+	w := releasewatch.NewWaiter()
+	w.Message = func(payload string) bool {
+		// 'g <token> <member>' hands the lock to member; an empty payload is a release with
+		// no one in line (a force, or a line of dead entries): everyone tries.
+		rest, ok := strings.CutPrefix(payload, "g ")
+		if !ok {
+			return true
+		}
+		tok, who, _ := strings.Cut(rest, " ")
+		if who != member {
+			return false
+		}
+		if t, err := strconv.ParseInt(tok, 10, 64); err == nil {
+			select {
+			case granted <- t:
+			default:
+			}
+		}
+		return true
+	}
+	channel := b.channelKey(req.Name)
+	ready, err := b.watch.Add(ctx, channel, w)
+	defer b.watch.Remove(channel, w)
+	if err != nil {
+		return b.queued(ctx, req, nil, start, sent, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, channel, err))
+	}
+	subscribed := ready
+	timer := time.NewTimer(subscribeTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case t := <-granted:
+			return b.queued(ctx, req, &fencelock.Grant{Token: t, Count: 1}, start, sent, nil)
+		case <-subscribed:
+			// Attempt again now that no grant can pass unseen.
+			subscribed = nil
+		case <-w.Wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			b.leave(ctx, keys, req)
+			return fencelock.Grant{}, ctx.Err()
+		}
+		select {
+		case t := <-granted:
+			return b.queued(ctx, req, &fencelock.Grant{Token: t, Count: 1}, start, sent, nil)
+		default:
+		}
+		sent = time.Now()
+		g, pttl, err = b.queueAttempt(ctx, req, keys, args)
+		if err != nil || g != nil {
+			if err != nil {
+				b.leave(ctx, keys, req)
+			}
+			return b.queued(ctx, req, g, start, sent, err)
+		}
+		// Until a message comes: renew the place in line, or try when the holder's TTL ends.
+		next := life / 3
+		if pttl < 0 {
+			next = min(next, 50*time.Millisecond+rand.N(20*time.Millisecond))
+		} else if d := time.Duration(pttl)*time.Millisecond + rand.N(5*time.Millisecond); d < next {
+			next = d
+		}
+		timer.Reset(next)
+	}
+}
+
+// queueAttempt runs the queue script once: a grant, or the holder's PTTL in ms (-1 when an
+// earlier waiter is next for a free lock).
+func (b *Backend) queueAttempt(ctx context.Context, req fencelock.Request, keys []string, args []any) (*fencelock.Grant, int64, error) {
+	reply, err := queueScript.Run(ctx, b.c, keys, args...).Slice()
+	if err != nil {
+		return nil, 0, classify(err)
+	}
+	res, ok := int64s(reply)
+	if !ok || len(reply) < 2 || (res[0] == 1 && len(reply) < 3) {
+		return nil, 0, fmt.Errorf("%w: unexpected queue reply %v", fencelock.ErrUnavailable, reply)
+	}
+	if res[0] == 0 {
+		return nil, res[1], nil
+	}
+	return &fencelock.Grant{Token: res[1], Count: int(res[2])}, 0, nil
+}
+
+// queued finishes a queued acquisition. sent is when the last attempt that found the caller
+// waiting was sent: a grant by a release came after it, so the lock's TTL runs from a later
+// time than that. With WithReplicas, the grant is confirmed by a renewal that replicas must
+// acknowledge, which they can only do once they have the grant too.
+func (b *Backend) queued(ctx context.Context, req fencelock.Request, g *fencelock.Grant, start, sent time.Time, err error) (fencelock.Grant, error) {
+	if err != nil {
+		return fencelock.Grant{}, err
+	}
+	g.Elapsed = sent.Sub(start)
+	if b.replicas > 0 {
+		reply, acked, err := b.replicated(ctx, renewScript, renewSrc, []string{b.Key(req.Name)}, []any{req.Owner, b.ttlArg(req.TTL)})
+		if err != nil {
+			return fencelock.Grant{}, classify(err)
+		}
+		if n, _ := reply.(int64); n != 1 {
+			return fencelock.Grant{}, fmt.Errorf("%w: %q was handed over but is no longer held", fencelock.ErrUnavailable, req.Name)
+		}
+		if acked < b.replicas {
+			b.undo(ctx, req)
+			return fencelock.Grant{}, fmt.Errorf("%w: only %d of %d replicas acknowledged the lock within %v", fencelock.ErrUnavailable, acked, b.replicas, b.replicaTO)
+		}
+	}
+	return *g, nil
+}
+
+// leave takes the caller out of line, on a fresh context: the caller's may be what ended the
+// wait. A grant that raced with the leaving is undone by the caller's clean-up (a release).
+func (b *Backend) leave(ctx context.Context, keys []string, req fencelock.Request) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = leaveScript.Run(ctx, b.c, keys[2:], req.Owner, req.Hold).Err()
+}
+
+// queueKeys returns the lock, its fence counter, the line and its entries: <prefix>{N},
+// <prefix>{N}:fence, <prefix>{N}:q and <prefix>{N}:q:e, from one allocation.
+func (b *Backend) queueKeys(name string) []string {
+	lock := len(b.prefix) + len(name) + 2
+	all := b.prefix + "{" + name + "}:q:e" + b.prefix + "{" + name + "}:fence"
+	entries := all[:lock+4]
+	return []string{entries[:lock], all[lock+4:], entries[:lock+2], entries}
+}
+
+// undo releases a hold that must not be handed out, on a fresh context.
+func (b *Backend) undo(ctx context.Context, req fencelock.Request) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_, _ = b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
+}

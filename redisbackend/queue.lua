@@ -1,0 +1,60 @@
+-- Takes the lock for a waiter whose turn it is, or puts the waiter in line (or keeps its place
+-- there) until a release hands the lock over.
+-- KEYS[1] the lock hash, KEYS[2] its fence counter,
+-- KEYS[3] the queue: a sorted set of waiters <hold id>@<owner> by arrival,
+-- KEYS[4] the waiters' entries: a hash <hold id>@<owner> -> '<deadline ms> <TTL ms> <meta>'
+-- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] TTL in ms, ARGV[4] fence counter retention in ms,
+-- ARGV[5] meta, ARGV[6] how long the entry lives without being renewed, in ms
+-- Returns {1, token, count} when the owner holds the lock after the call,
+--         {0, pttl} when it waits: the holder's PTTL, or -1 when the lock is free but an
+--         earlier waiter, still alive, is next.
+local member = ARGV[2] .. '@' .. ARGV[1]
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl ~= -2 then
+  local owner = redis.call('HGET', KEYS[1], 'owner')
+  if owner == ARGV[1] then
+    -- Re-entry, or a release handed the lock to this very wait.
+    redis.call('ZREM', KEYS[3], member)
+    redis.call('HDEL', KEYS[4], member)
+    return reenter(KEYS[1], ARGV[2], ARGV[3], pttl)
+  end
+  if not owner or pttl < 0 then
+    return redis.error_reply('FENCELOCK the lock key holds a hash that fencelock did not write')
+  end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if pttl == -2 then
+  -- Free (it expired, or was released with no one in line): the first live waiter's turn.
+  local head
+  while true do
+    head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if not head or head == member then
+      break
+    end
+    local e = redis.call('HGET', KEYS[4], head)
+    if e and tonumber(string.match(e, '^(%d+)')) > now then
+      break
+    end
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('HDEL', KEYS[4], head)
+  end
+  if not head or head == member then
+    redis.call('ZREM', KEYS[3], member)
+    redis.call('HDEL', KEYS[4], member)
+    local token, err = take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+    if not token then
+      return redis.error_reply(err)
+    end
+    return {1, token, 1}
+  end
+  pttl = -1
+end
+local life = tonumber(ARGV[6])
+redis.call('ZADD', KEYS[3], 'NX', now, member)
+redis.call('HSET', KEYS[4], member, (now + life) .. ' ' .. ARGV[3] .. ' ' .. ARGV[5])
+if redis.call('PTTL', KEYS[3]) < life then
+  redis.call('PEXPIRE', KEYS[3], life)
+  redis.call('PEXPIRE', KEYS[4], life)
+end
+return {0, pttl}

@@ -1,0 +1,322 @@
+package redisbackend_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+// queueLen is how many waiters stand in line for name.
+func queueLen(t *testing.T, rdb redis.UniversalClient, b *redisbackend.Backend, name string) int64 {
+	t.Helper()
+	n, err := rdb.ZCard(context.Background(), b.Key(name)+":q").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func waitQueueLen(t *testing.T, rdb redis.UniversalClient, b *redisbackend.Backend, name string, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for queueLen(t, rdb, b, name) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters in line for %s, want %d", queueLen(t, rdb, b, name), name, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Waiters get the lock in the order they came, each handed it by the release before.
+func TestQueueIsFIFO(t *testing.T) {
+	for _, d := range []string{"single", "cluster"} {
+		t.Run(d, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var rdb redis.UniversalClient
+			if d == "single" {
+				rdb = testserver.StartRedis(t).ClientT(t)
+			} else {
+				rdb = testserver.StartCluster(t, 3).ClientT(t)
+			}
+			b := redisbackend.New(rdb)
+			const name = "fifo"
+			holder := fencelock.New(b)
+			defer holder.Close()
+			first, err := holder.Obtain(ctx, name, fencelock.WithTTL(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var order []int
+			var wg sync.WaitGroup
+			for i := range 5 {
+				c := fencelock.New(redisbackend.New(rdb))
+				defer c.Close()
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					l, err := c.Obtain(ctx, name, fencelock.WithTTL(10*time.Second))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					if err := l.Release(ctx); err != nil {
+						t.Error(err)
+					}
+				}()
+				waitQueueLen(t, rdb, b, name, int64(i+1))
+			}
+			if err := first.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			if !slices.Equal(order, []int{0, 1, 2, 3, 4}) {
+				t.Fatalf("waiters got the lock in the order %v", order)
+			}
+			if n := queueLen(t, rdb, b, name); n != 0 {
+				t.Fatalf("%d waiters left in line", n)
+			}
+			if info, err := b.Inspect(ctx, name); err != nil || info.Held {
+				t.Fatalf("after the last release: %+v %v", info, err)
+			}
+		})
+	}
+}
+
+// The release hands the lock over inside Redis: when Release returns, the store already names
+// the waiter as the holder, with a greater token, and the waiter holds it without another
+// attempt of its own.
+func TestReleaseHandsOver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	b := redisbackend.New(rdb)
+	holder, waiter := fencelock.New(b), fencelock.New(redisbackend.New(rdb))
+	defer holder.Close()
+	defer waiter.Close()
+	for i := range 20 {
+		name := fmt.Sprintf("handover-%d", i)
+		first, err := holder.Obtain(ctx, name, fencelock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *fencelock.Lock, 1)
+		go func() {
+			l, err := waiter.Obtain(ctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithOwner("waiter"))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		waitQueueLen(t, rdb, b, name, 1)
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		info, err := b.Inspect(ctx, name)
+		if err != nil || info.Owner != "waiter" || info.Token <= first.Token() {
+			t.Fatalf("right after the release: %+v %v (released token %d)", info, err, first.Token())
+		}
+		l := <-got
+		if l == nil {
+			t.FailNow()
+		}
+		if l.Token() != info.Token || l.Valid() != nil {
+			t.Fatalf("the waiter holds token %d (valid: %v), the store says %d", l.Token(), l.Valid(), info.Token)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A waiter that gives up leaves the line; a waiter that died in it (its place not renewed) is
+// passed over; with no live waiter left, the release frees the lock.
+func TestQueueSkipsGoneWaiters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	b := redisbackend.New(rdb)
+	holder := fencelock.New(b)
+	defer holder.Close()
+	const name = "gone"
+	first, err := holder.Obtain(ctx, name, fencelock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// One gives up.
+	quitter := fencelock.New(redisbackend.New(rdb))
+	defer quitter.Close()
+	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = quitter.Obtain(short, name)
+	stop()
+	if !errors.Is(err, fencelock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a waiter whose context ended: %v", err)
+	}
+	if n := queueLen(t, rdb, b, name); n != 0 {
+		t.Fatalf("the waiter that gave up is still in line (%d)", n)
+	}
+
+	// One dies in line: a process stopped for good never renews its place. It is stood in
+	// line here as its script would have, with a place that lives 200 ms.
+	dead := fencelock.New(redisbackend.New(rdb))
+	deadCtx, kill := context.WithCancel(ctx)
+	deadDone := make(chan struct{})
+	go func() {
+		defer close(deadDone)
+		_, _ = dead.Obtain(deadCtx, name, fencelock.WithTTL(200*time.Millisecond), fencelock.WithOwner("dead"))
+	}()
+	waitQueueLen(t, rdb, b, name, 1)
+	// Stop it, and put its place back as a process that died would have left it.
+	entry, err := rdb.HGetAll(ctx, b.Key(name)+":q:e").Result()
+	if err != nil || len(entry) != 1 {
+		t.Fatalf("waiter entries %v %v", entry, err)
+	}
+	member := ""
+	for m := range entry {
+		member = m
+	}
+	kill()
+	<-deadDone
+	dead.Close()
+	if err := rdb.ZAdd(ctx, b.Key(name)+":q", redis.Z{Score: 0, Member: member}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, b.Key(name)+":q:e", member, entry[member]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	live := fencelock.New(redisbackend.New(rdb))
+	defer live.Close()
+	got := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := live.Obtain(ctx, name, fencelock.WithOwner("live"))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitQueueLen(t, rdb, b, name, 2)
+	time.Sleep(250 * time.Millisecond) // the dead waiter's place has run out
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	if info, _ := b.Inspect(ctx, name); info.Owner != "live" {
+		t.Fatalf("the lock went to %q", info.Owner)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := b.Inspect(ctx, name); err != nil || info.Held {
+		t.Fatalf("after the last release: %+v %v", info, err)
+	}
+	if n, _ := rdb.Exists(ctx, b.Key(name)+":q", b.Key(name)+":q:e").Result(); n != 0 {
+		t.Fatalf("%d queue keys left", n)
+	}
+}
+
+// A holder that lets its lock expire hands nothing over: the first waiter takes the lock when
+// the holder's TTL has run out, and a later waiter stays in line behind it.
+func TestQueueAfterExpiry(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	b := redisbackend.New(rdb)
+	holder := fencelock.New(b)
+	const name = "expiry"
+	if _, err := holder.Obtain(ctx, name, fencelock.WithTTL(300*time.Millisecond), fencelock.WithWatchdog(false)); err != nil {
+		t.Fatal(err)
+	}
+	holder.Close() // gone without releasing
+	start := time.Now()
+	w1, w2 := fencelock.New(redisbackend.New(rdb)), fencelock.New(redisbackend.New(rdb))
+	defer w1.Close()
+	defer w2.Close()
+	got1 := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := w1.Obtain(ctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithOwner("first"))
+		if err != nil {
+			t.Error(err)
+		}
+		got1 <- l
+	}()
+	waitQueueLen(t, rdb, b, name, 1)
+	got2 := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := w2.Obtain(ctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithOwner("second"))
+		if err != nil {
+			t.Error(err)
+		}
+		got2 <- l
+	}()
+	l1 := <-got1
+	if l1 == nil {
+		t.FailNow()
+	}
+	t.Logf("the first waiter held the lock %v after the holder left", time.Since(start))
+	select {
+	case <-got2:
+		t.Fatal("the second waiter got the lock while the first held it")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := <-got2
+	if l2 == nil || l2.Token() <= l1.Token() {
+		t.Fatalf("second lock %v", l2)
+	}
+	_ = l2.Release(ctx)
+}
+
+// A waiter in line does not block one attempt's view: TryObtain on a held lock is refused with
+// the holder's TTL, whatever the line.
+func TestTryObtainWithLine(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	b := redisbackend.New(rdb)
+	c := fencelock.New(b)
+	defer c.Close()
+	const name = "try-line"
+	l, err := c.Obtain(ctx, name, fencelock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := fencelock.New(redisbackend.New(rdb))
+	defer w.Close()
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = w.Obtain(wctx, name)
+	}()
+	waitQueueLen(t, rdb, b, name, 1)
+	other := fencelock.New(redisbackend.New(rdb))
+	defer other.Close()
+	_, err = other.TryObtain(ctx, name)
+	var held *fencelock.HeldError
+	if !errors.As(err, &held) || held.Remaining <= 0 {
+		t.Fatalf("TryObtain on a held lock with a line: %v", err)
+	}
+	stop()
+	<-done
+	_ = l.Release(ctx)
+}
