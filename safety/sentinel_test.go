@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"testing"
@@ -219,12 +220,12 @@ func TestSentinelSplitBrain(t *testing.T) {
 }
 
 // obtainSoon obtains name through c, retrying while the client finds its way to a new master.
-func obtainSoon(ctx context.Context, t *testing.T, c *fencelock.Client, name string) *fencelock.Lock {
+func obtainSoon(ctx context.Context, t *testing.T, c *fencelock.Client, name string, opts ...fencelock.Option) *fencelock.Lock {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	for {
-		lock, err := c.TryObtain(ctx, name, fencelock.WithTTL(10*time.Second))
+		lock, err := c.TryObtain(ctx, name, append([]fencelock.Option{fencelock.WithTTL(10 * time.Second)}, opts...)...)
 		if err == nil {
 			return lock
 		}
@@ -233,4 +234,69 @@ func obtainSoon(ctx context.Context, t *testing.T, c *fencelock.Client, name str
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Scenario 10, the failover case: a Sentinel failover that loses the lock's key (the replica
+// never received it) while the holder keeps renewing. The holder's client reaches the masters
+// directly (its dialer skips the proxies, which carry only replication and the sentinel), so
+// it follows the failover at once; its next renewal finds no lock and its context ends.
+func TestWatchdogAfterFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	s := testserver.StartSentinelConfig(t, testserver.SentinelConfig{Proxied: true})
+	var dialer net.Dialer
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            s.MasterName,
+		SentinelAddrs:         s.SentinelAddrs,
+		ContextTimeoutEnabled: true,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if n := s.Node(addr); n != nil {
+				addr = n.Addr // past the proxy
+			}
+			return dialer.DialContext(ctx, network, addr)
+		},
+	})
+	defer fc.Close()
+	c := fencelock.New(redisbackend.New(fc))
+	defer c.Close()
+	const ttl = time.Second
+	trials := 3
+	if full {
+		trials = 30
+	}
+	var delays []time.Duration
+	for i := 0; i < trials; i++ {
+		old, err := s.CurrentMaster(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Proxy(s.Node(old)).Blackhole()
+		lock := obtainSoon(ctx, t, c, "failover-watchdog-"+strconv.Itoa(i), fencelock.WithTTL(ttl))
+		if _, err := s.ForceFailover(ctx); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		select {
+		case <-lock.Context().Done():
+		case <-time.After(ttl):
+			if lock.Context().Err() == nil {
+				t.Fatalf("trial %d: the lock still looks valid a TTL after a failover lost it", i)
+			}
+		}
+		<-lock.Context().Done()
+		delays = append(delays, time.Since(start))
+		if !errors.Is(lock.Context().Err(), fencelock.ErrLost) {
+			t.Fatalf("trial %d: %v", i, lock.Context().Err())
+		}
+		_ = lock.Release(ctx)
+		s.Proxy(s.Node(old)).Restore()
+		if err := s.Demote(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(delays)
+	p50, p99 := delays[len(delays)/2], delays[len(delays)*99/100]
+	t.Logf("%d failovers: context ended p50 %v p99 %v after the failover (TTL %v, renewal every %v)", trials, p50, p99, ttl, ttl/3)
+	record(outcome{Scenario: 10, Title: "Sentinel failover loses the key while held", Backend: "redis (Sentinel)", Setting: fmt.Sprintf("TTL %v, renewal every %v", ttl, ttl/3),
+		Rounds: trials, Unit: "failovers", Note: fmt.Sprintf("context ended p50 %v, p99 %v after the failover", p50.Round(time.Millisecond), p99.Round(time.Millisecond))})
 }
