@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fence"
@@ -55,8 +52,8 @@ func TestClusterFailover(t *testing.T) {
 			n := f.counts
 			record(outcome{Scenario: 6, Title: "Cluster failover (FORCE) inside the replication lag", Backend: "redis cluster (3 masters, 1 replica each)",
 				Setting: setting, Rounds: rounds, Unit: "rounds", DoubleGrants: n.doubleGrants, StaleRefused: n.staleRefused, StaleAccepted: n.staleAccepted,
-				Note: fmt.Sprintf("lock lost at the failover in %d rounds; %d acquires undone for want of a replica ack; %d tokens duplicate or lower than one accepted before; %d acquires sent to a former master (MOVED)",
-					n.lost, n.undone, n.regressed, n.moved)})
+				Note: fmt.Sprintf("lock lost at the failover in %d rounds; %d acquires undone for want of a replica ack; %d tokens duplicate or lower than one accepted before",
+					n.lost, n.undone, n.regressed)})
 			if !replicas {
 				if n.lost == 0 {
 					t.Fatal("no round lost the lock at the failover: the lag window was never hit")
@@ -90,39 +87,23 @@ type failoverRounds struct {
 	keys   *redisbackend.Backend // for Inspect
 	store  fence.Memory
 	counts struct {
-		lost, undone, regressed, moved            int
+		lost, undone, regressed                   int
 		doubleGrants, staleRefused, staleAccepted int
 	}
 }
 
-type clusterLocker struct {
-	*fencelock.Client
-	rdb *redis.ClusterClient
-}
+type clusterLocker struct{ *fencelock.Client }
 
 func newClusterLocker(t *testing.T, rc *testserver.ReplicatedCluster, opts []redisbackend.Option) clusterLocker {
 	rdb := rc.ClientT(t)
 	b := redisbackend.New(rdb, opts...)
 	c := fencelock.New(b)
 	t.Cleanup(func() { _ = c.Close(); _ = b.Close() })
-	return clusterLocker{c, rdb}
+	return clusterLocker{c}
 }
 
-// tryObtain is TryObtain with the lock's TTL and no watchdog. With WithReplicas the backend
-// sends the acquire to the master its cluster client's slot map names, bypassing the client's
-// handling of MOVED, so after a failover it keeps asking the old master until go-redis reloads
-// the map by itself (every minute). The MOVED refusal is counted, and the attempt repeated after
-// reloading the map (ForEachMaster reloads it), so that the scenario goes on.
+// tryObtain is TryObtain with the lock's TTL and no watchdog.
 func (f *failoverRounds) tryObtain(ctx context.Context, l clusterLocker, name string) (*fencelock.Lock, error) {
-	lock, err := l.TryObtain(ctx, name, fencelock.WithTTL(failoverTTL), fencelock.WithWatchdog(false))
-	var rerr redis.Error
-	if err == nil || !errors.As(err, &rerr) || !strings.HasPrefix(rerr.Error(), "MOVED") {
-		return lock, err
-	}
-	f.counts.moved++
-	if err := l.rdb.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }); err != nil {
-		return nil, err
-	}
 	return l.TryObtain(ctx, name, fencelock.WithTTL(failoverTTL), fencelock.WithWatchdog(false))
 }
 
