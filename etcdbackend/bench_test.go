@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
-	"github.com/fencelock/fencelock/etcdbackend/internal/etcdserver"
+	"github.com/fencelock/fencelock/etcdbackend/etcdtest"
 )
 
 // fsyncModes are the two ways the benchmarks run etcd: as deployed (fsync on) and with etcd's
@@ -34,7 +34,7 @@ func BenchmarkVersusMutex(b *testing.B) {
 	for _, mode := range fsyncModes {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx := context.Background()
-			cluster := etcdserver.Start(b, etcdserver.Options{NoFsync: mode.noFsync})
+			cluster := etcdtest.Start(b, etcdtest.Options{NoFsync: mode.noFsync})
 			be, cli := newBackend(b, cluster)
 			locker := newLocker(b, be)
 			sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
@@ -77,7 +77,7 @@ func BenchmarkHandoff(b *testing.B) {
 	for _, mode := range fsyncModes {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx := context.Background()
-			cluster := etcdserver.Start(b, etcdserver.Options{NoFsync: mode.noFsync})
+			cluster := etcdtest.Start(b, etcdtest.Options{NoFsync: mode.noFsync})
 			b.Run("fencelock", func(b *testing.B) {
 				hb, _ := newBackend(b, cluster)
 				wb, _ := newBackend(b, cluster)
@@ -161,7 +161,7 @@ func BenchmarkContended(b *testing.B) {
 	for _, mode := range fsyncModes {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx := context.Background()
-			cluster := etcdserver.Start(b, etcdserver.Options{NoFsync: mode.noFsync})
+			cluster := etcdtest.Start(b, etcdtest.Options{NoFsync: mode.noFsync})
 			const workers = 8
 			lockers := make([]*fencelock.Client, workers)
 			for i := range lockers {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
-	"github.com/fencelock/fencelock/etcdbackend/internal/etcdserver"
+	"github.com/fencelock/fencelock/etcdbackend/etcdtest"
 	"github.com/fencelock/fencelock/fence"
 )
 
@@ -193,7 +193,7 @@ func TestNamesAreEscaped(t *testing.T) {
 // On a 3-member cluster a lock survives the loss of the leader, and stays exclusive.
 func TestLeaderLossWhileHeld(t *testing.T) {
 	ctx := bounded(t, 120*time.Second)
-	cluster := etcdserver.Start(t, etcdserver.Options{Members: 3})
+	cluster := etcdtest.Start(t, etcdtest.Options{Members: 3})
 	b, _ := newBackend(t, cluster)
 	c := newLocker(t, b)
 	name := "leader-loss"

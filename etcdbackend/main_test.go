@@ -12,16 +12,16 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
-	"github.com/fencelock/fencelock/etcdbackend/internal/etcdserver"
+	"github.com/fencelock/fencelock/etcdbackend/etcdtest"
 )
 
 // etcd is the single-member cluster shared by the package's tests; each test uses lock names of
 // its own.
-var etcd *etcdserver.Cluster
+var etcd *etcdtest.Cluster
 
 func TestMain(m *testing.M) {
 	var err error
-	etcd, err = etcdserver.New(etcdserver.Options{})
+	etcd, err = etcdtest.New(etcdtest.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -46,7 +46,7 @@ var goleakOptions = []goleak.Option{
 }
 
 // newBackend returns a Backend on its own client, both closed when the test ends.
-func newBackend(t testing.TB, c *etcdserver.Cluster, opts ...etcdbackend.Option) (*etcdbackend.Backend, *clientv3.Client) {
+func newBackend(t testing.TB, c *etcdtest.Cluster, opts ...etcdbackend.Option) (*etcdbackend.Backend, *clientv3.Client) {
 	cli := c.Client(t)
 	b := etcdbackend.New(cli, opts...)
 	t.Cleanup(func() { _ = b.Close() })

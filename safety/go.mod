@@ -5,6 +5,8 @@ go 1.26.8
 require (
 	github.com/fencelock/fencelock v0.0.0
 	github.com/fencelock/fencelock/etcdbackend v0.0.0
+	github.com/fencelock/fencelock/zkbackend v0.0.0
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
@@ -12,6 +14,7 @@ require (
 )
 
 require (
+	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -74,4 +77,5 @@ require (
 replace (
 	github.com/fencelock/fencelock => ../
 	github.com/fencelock/fencelock/etcdbackend => ../etcdbackend
+	github.com/fencelock/fencelock/zkbackend => ../zkbackend
 )

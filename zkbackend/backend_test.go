@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/zkbackend"
-	"github.com/fencelock/fencelock/zkbackend/internal/zkserver"
+	"github.com/fencelock/fencelock/zkbackend/zktest"
 )
 
 // Every call of an unusable Backend fails with ErrInvalid, and says why; nothing panics.
@@ -196,7 +196,7 @@ func TestHoldsCountOnce(t *testing.T) {
 // Renew vouches for one session timeout while the node is there, says ErrNotHeld once it is
 // gone, and ErrUnavailable while the connection is down (a disconnect is not a loss).
 func TestRenew(t *testing.T) {
-	var link zkserver.Link
+	var link zktest.Link
 	conn := dial(t, server.Addr, link.Dial)
 	b := newBackend(conn)
 	admin := dial(t, server.Addr, nil)

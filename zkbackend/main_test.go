@@ -15,11 +15,11 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/zkbackend"
-	"github.com/fencelock/fencelock/zkbackend/internal/zkserver"
+	"github.com/fencelock/fencelock/zkbackend/zktest"
 )
 
 // server is shared by the package's tests; each test uses lock names of its own.
-var server *zkserver.Server
+var server *zktest.Server
 
 // sessionTimeout is what the tests' connections ask for, within the server's bounds (so it is
 // what the server grants): short, so that expiry tests take seconds.
@@ -27,7 +27,7 @@ const sessionTimeout = 2 * time.Second
 
 func TestMain(m *testing.M) {
 	var err error
-	server, err = zkserver.New()
+	server, err = zktest.New()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 	if code == 0 {
 		// The harness keeps one OS thread for starting servers: the parent-death signal
 		// that kills them with the test binary is tied to the thread that started them.
-		if err := goleak.Find(goleak.IgnoreTopFunction(zkserver.SpawnerFunc)); err != nil {
+		if err := goleak.Find(goleak.IgnoreTopFunction(zktest.SpawnerFunc)); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
 			code = 1
 		}

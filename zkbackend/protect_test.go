@@ -8,7 +8,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/zkbackend"
-	"github.com/fencelock/fencelock/zkbackend/internal/zkserver"
+	"github.com/fencelock/fencelock/zkbackend/zktest"
 )
 
 // After a create whose reply was lost, the retry finds the node that create made, by its
@@ -65,7 +65,7 @@ func TestRetryFindsItsNodeByGUID(t *testing.T) {
 // The same, over a real connection loss: the server makes the node, the reply is lost, the
 // connection closes, and go-zookeeper reconnects within the same session.
 func TestConnectionLossDuringCreate(t *testing.T) {
-	var link zkserver.Link
+	var link zktest.Link
 	conn := dial(t, server.Addr, link.Dial)
 	b := newBackend(conn)
 	admin := dial(t, server.Addr, nil)

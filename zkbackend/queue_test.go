@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/zkbackend"
-	"github.com/fencelock/fencelock/zkbackend/internal/zkserver"
+	"github.com/fencelock/fencelock/zkbackend/zktest"
 )
 
 // Waiters obtain the lock in the order they queued, and one that gives up in the middle of
@@ -191,7 +191,7 @@ func TestNodeLeftByAFailedLeaveIsSwept(t *testing.T) {
 	// Long enough to survive the cut: go-zookeeper redials a lone server only every second.
 	const session = 8 * time.Second
 	holder, bh := newClient(t)
-	var link zkserver.Link
+	var link zktest.Link
 	conn := dialSession(t, server.Addr, link.Dial, session)
 	b := zkbackend.New(conn, zkbackend.WithSessionTimeout(session))
 	admin := dial(t, server.Addr, nil)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fence"
-	"github.com/fencelock/fencelock/zkbackend/internal/zkserver"
+	"github.com/fencelock/fencelock/zkbackend/zktest"
 )
 
 // Holder A is cut off from the server past its session timeout: the server expires the
@@ -18,7 +18,7 @@ import (
 // (the Client trusts a lock no longer than the server keeps a silent session), and a write
 // with A's token is refused once B has written with its own.
 func TestSessionExpiryMovesTheLock(t *testing.T) {
-	var link zkserver.Link
+	var link zktest.Link
 	connA := dial(t, server.Addr, link.Dial)
 	backendA := newBackend(connA)
 	a := fencelock.New(backendA, fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
@@ -93,7 +93,7 @@ func TestSessionExpiryMovesTheLock(t *testing.T) {
 // session) instead of waiting forever.
 func TestWaiterSessionExpiry(t *testing.T) {
 	holder, bh := newClient(t)
-	var link zkserver.Link
+	var link zktest.Link
 	connW := dial(t, server.Addr, link.Dial)
 	waiter := newBackend(connW)
 	admin := dial(t, server.Addr, nil)
@@ -131,7 +131,7 @@ func TestWaiterSessionExpiry(t *testing.T) {
 // longer confirm its lock, and its context ends with ErrLost once the validity deadline passes,
 // one session timeout after the last confirmation, whether or not the server ever comes back.
 func TestPausedServerEndsTheLockByItsDeadline(t *testing.T) {
-	srv := zkserver.Start(t)
+	srv := zktest.Start(t)
 	c := fencelock.New(newBackend(dial(t, srv.Addr, nil)), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := ctxTimeout(t, 30*time.Second)

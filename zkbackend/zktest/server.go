@@ -1,11 +1,12 @@
-// Package zkserver runs a real standalone ZooKeeper server (from the Debian package zookeeper)
-// on a free loopback port, for the ZooKeeper backend's tests and benchmarks, and a dialer that
-// cuts a go-zookeeper client off from it.
+// Package zktest runs a real standalone ZooKeeper server (from the Debian package zookeeper)
+// on a free loopback port, and a dialer that cuts a go-zookeeper client off from it: for the
+// ZooKeeper backend's tests and benchmarks, and for tests elsewhere (the safety suite) that
+// need a real server.
 //
 // The server runs java in the foreground as a child of the test binary, with its own data
 // directory and generated zoo.cfg, and is killed when the test binary dies (Pdeathsig), so a
 // crashed test run leaves no server behind.
-package zkserver
+package zktest
 
 import (
 	"bufio"
@@ -78,11 +79,11 @@ func New() (*Server, error) {
 		return nil, err
 	}
 	if _, err := os.Stat(jarPath); err != nil {
-		return nil, fmt.Errorf("zkserver: %s not found: install the Debian package zookeeper (apt-get install zookeeper)", jarPath)
+		return nil, fmt.Errorf("zktest: %s not found: install the Debian package zookeeper (apt-get install zookeeper)", jarPath)
 	}
 	dir, err := os.MkdirTemp("", "fencelock-zk-")
 	if err != nil {
-		return nil, fmt.Errorf("zkserver: %w", err)
+		return nil, fmt.Errorf("zktest: %w", err)
 	}
 	s := &Server{dir: dir, cfgPath: filepath.Join(dir, "zoo.cfg"), outPath: filepath.Join(dir, "zookeeper.out"), java: java}
 	for try := 1; ; try++ {
@@ -104,13 +105,13 @@ func findJava() (string, error) {
 	if fi, err := os.Stat("/usr/bin/java"); err == nil && !fi.IsDir() {
 		return "/usr/bin/java", nil
 	}
-	return "", errors.New("zkserver: java not found: install the Debian package zookeeper (apt-get install zookeeper), which brings a Java runtime")
+	return "", errors.New("zktest: java not found: install the Debian package zookeeper (apt-get install zookeeper), which brings a Java runtime")
 }
 
 func (s *Server) startOnFreePort() error {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return fmt.Errorf("zkserver: find a free port: %w", err)
+		return fmt.Errorf("zktest: find a free port: %w", err)
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
@@ -132,7 +133,7 @@ func (s *Server) startOnFreePort() error {
 		"",
 	}, "\n")
 	if err := os.WriteFile(s.cfgPath, []byte(cfg), 0o644); err != nil {
-		return fmt.Errorf("zkserver: %w", err)
+		return fmt.Errorf("zktest: %w", err)
 	}
 	_ = os.Truncate(s.outPath, 0)
 	if err := s.start(); err != nil {
@@ -152,7 +153,7 @@ func (s *Server) start() error {
 	}
 	out, err := os.OpenFile(s.outPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("zkserver: %w", err)
+		return fmt.Errorf("zktest: %w", err)
 	}
 	defer out.Close() // the child has its own descriptor once started
 	cmd := exec.Command(s.java,
@@ -171,7 +172,7 @@ func (s *Server) start() error {
 		Setpgid: true,
 	}
 	if err := spawn(cmd); err != nil {
-		return fmt.Errorf("zkserver: start java: %w", err)
+		return fmt.Errorf("zktest: start java: %w", err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -196,11 +197,11 @@ func (s *Server) waitReady() error {
 		}
 		select {
 		case <-s.exited():
-			return fmt.Errorf("zkserver: ZooKeeper exited during startup%s", s.outputTail())
+			return fmt.Errorf("zktest: ZooKeeper exited during startup%s", s.outputTail())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("zkserver: ZooKeeper at %s not ready after %v (last: %v)%s", s.Addr, readyTimeout, err, s.outputTail())
+			return fmt.Errorf("zktest: ZooKeeper at %s not ready after %v (last: %v)%s", s.Addr, readyTimeout, err, s.outputTail())
 		}
 	}
 }
@@ -231,7 +232,7 @@ func (s *Server) Restart() error {
 		}
 		return s.waitReady()
 	}
-	return errors.New("zkserver: Restart of a running server")
+	return errors.New("zktest: Restart of a running server")
 }
 
 // Stop asks the server to exit (SIGTERM), kills it after a grace period, and waits.
@@ -277,10 +278,10 @@ func (s *Server) signal(sig syscall.Signal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil || isClosed(s.done) {
-		return errors.New("zkserver: the server is not running")
+		return errors.New("zktest: the server is not running")
 	}
 	if err := s.cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("zkserver: %v: %w", sig, err)
+		return fmt.Errorf("zktest: %v: %w", sig, err)
 	}
 	s.paused = sig == syscall.SIGSTOP
 	return nil

@@ -1,4 +1,4 @@
-package zkserver
+package zktest
 
 import (
 	"os/exec"
@@ -21,7 +21,7 @@ type spawnReq struct {
 
 // SpawnerFunc is the function of the goroutine that starts servers; it never returns, so leak
 // checks ignore it.
-const SpawnerFunc = "github.com/fencelock/fencelock/zkbackend/internal/zkserver.spawn.func1.1"
+const SpawnerFunc = "github.com/fencelock/fencelock/zkbackend/zktest.spawn.func1.1"
 
 func spawn(cmd *exec.Cmd) error {
 	spawnOnce.Do(func() {

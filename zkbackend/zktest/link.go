@@ -1,4 +1,4 @@
-package zkserver
+package zktest
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ type Link struct {
 	dials     int    // connections made
 }
 
-var errCut = errors.New("zkserver: link cut")
+var errCut = errors.New("zktest: link cut")
 
 // Dial has the signature of zk.Dialer.
 func (l *Link) Dial(network, address string, timeout time.Duration) (net.Conn, error) {

@@ -1,4 +1,4 @@
-package zkserver
+package zktest
 
 import (
 	"strings"

@@ -1,6 +1,7 @@
-// Package etcdserver runs real etcd members in-process, through etcd's embed package, on free
-// loopback ports, for the etcd backend's tests and benchmarks.
-package etcdserver
+// Package etcdtest runs real etcd members in-process, through etcd's embed package, on free
+// loopback ports: for the etcd backend's tests and benchmarks, and for tests elsewhere (the
+// safety suite) that need a real cluster whose members can be killed and restarted.
+package etcdtest
 
 import (
 	"context"
@@ -30,9 +31,12 @@ type Cluster struct {
 type Member struct {
 	Name     string
 	Endpoint string // client URL, http://127.0.0.1:port
-	etcd     *embed.Etcd
-	mu       sync.Mutex
-	stopped  bool
+	Addr     string // the client URL's host:port, for a proxy's target
+	cfg      *embed.Config
+
+	mu      sync.Mutex // guards etcd and stopped; held while the member starts again
+	etcd    *embed.Etcd
+	stopped bool
 }
 
 // Options configure a cluster.
@@ -118,7 +122,7 @@ func New(opts Options) (*Cluster, error) {
 			errs = append(errs, s.err)
 			continue
 		}
-		c.Members[s.i] = &Member{Name: cfgs[s.i].Name, Endpoint: all[s.i].client.String(), etcd: s.e}
+		c.Members[s.i] = &Member{Name: cfgs[s.i].Name, Endpoint: all[s.i].client.String(), Addr: all[s.i].client.Host, cfg: cfgs[s.i], etcd: s.e}
 	}
 	if len(errs) > 0 {
 		c.Close()
@@ -173,7 +177,7 @@ func (c *Cluster) Leader(ctx context.Context) (*Member, error) {
 	defer cancel()
 	for {
 		for _, m := range c.Members {
-			if m.Running() && m.etcd.Server.Leader() == m.etcd.Server.MemberID() {
+			if m.leads() {
 				return m, nil
 			}
 		}
@@ -190,6 +194,35 @@ func (m *Member) Running() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return !m.stopped
+}
+
+func (m *Member) leads() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.stopped && m.etcd.Server.Leader() == m.etcd.Server.MemberID()
+}
+
+// Restart starts a killed member again on its ports, with the data it had, and waits until it
+// has rejoined the cluster and serves, as a restarted process would. Running and Leader wait
+// for it meanwhile.
+func (m *Member) Restart() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.stopped {
+		return fmt.Errorf("etcdtest: %s is running", m.Name)
+	}
+	e, err := embed.StartEtcd(m.cfg)
+	if err != nil {
+		return fmt.Errorf("etcdtest: restarting %s: %w", m.Name, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return fmt.Errorf("etcdtest: %s not ready 30s after its restart", m.Name)
+	}
+	m.etcd, m.stopped = e, false
+	return nil
 }
 
 // Kill stops the member abruptly, without a graceful leadership transfer.
