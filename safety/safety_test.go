@@ -4,16 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
-
+	"github.com/fencelock/fencelock/etcdbackend/etcdtest"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -103,33 +99,5 @@ func TestPausedWorkers(t *testing.T) {
 // startEtcd starts a real single-member etcd in this process and returns its URL.
 func startEtcd(t *testing.T) string {
 	t.Helper()
-	free := func() *url.URL {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		u, _ := url.Parse("http://" + l.Addr().String())
-		return u
-	}
-	client, peer := free(), free()
-	cfg := embed.NewConfig()
-	cfg.Name = "safety"
-	cfg.Dir = t.TempDir()
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
-	cfg.InitialCluster = "safety=" + peer.String()
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		t.Fatal("etcd not ready")
-	}
-	return "etcd://" + client.Host
+	return "etcd://" + etcdtest.Start(t, etcdtest.Options{}).Members[0].Addr
 }
