@@ -55,7 +55,13 @@ type channel struct {
 	waiters   map[*Waiter]struct{}
 	confirmed bool          // the server acknowledged the subscription
 	ready     chan struct{} // closed on the first acknowledgement
+	idle      *time.Timer   // set while the channel has no waiters: unsubscribes when it fires
 }
+
+// linger is how long a channel stays subscribed after its last waiter left. A client that
+// waits for the same lock again and again (a worker loop under contention) then keeps its
+// subscription and connection instead of making them anew for every wait.
+const linger = 250 * time.Millisecond
 
 // Add registers w for name and returns a channel closed once the server acknowledged the
 // subscription, and the error of sending the subscription, if any. A subscription not taken
@@ -83,7 +89,12 @@ func (s *Set) Add(ctx context.Context, name string, w *Waiter) (<-chan struct{},
 		}
 		s.shards[key] = sh
 		go s.dispatch(sh)
-	} else if ch = sh.channels[name]; ch == nil {
+	} else if ch = sh.channels[name]; ch != nil {
+		if ch.idle != nil {
+			ch.idle.Stop() // if it fired already, expire sees the waiter and keeps the channel
+			ch.idle = nil
+		}
+	} else {
 		ch = &channel{waiters: make(map[*Waiter]struct{}), ready: make(chan struct{})}
 		sh.channels[name] = ch
 		if s.sharded {
@@ -96,27 +107,36 @@ func (s *Set) Add(ctx context.Context, name string, w *Waiter) (<-chan struct{},
 	return ch.ready, err
 }
 
-// Remove ends w's watch of name; the last waiter of a channel unsubscribes, and the last
-// channel of a connection closes it and waits for its goroutine to end.
+// Remove ends w's watch of name. A channel left without waiters stays subscribed for a short
+// while (linger) in case it is wanted again; then it is unsubscribed, and the last channel of a
+// connection closes it.
 func (s *Set) Remove(name string, w *Waiter) {
 	key := s.key(name)
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	sh := s.shards[key]
 	if sh == nil {
-		s.mu.Unlock()
 		return
 	}
 	ch := sh.channels[name]
 	if ch == nil {
-		s.mu.Unlock()
 		return
 	}
 	if _, ok := ch.waiters[w]; !ok {
-		s.mu.Unlock()
 		return
 	}
 	delete(ch.waiters, w)
-	if len(ch.waiters) > 0 {
+	if len(ch.waiters) == 0 && ch.idle == nil {
+		ch.idle = time.AfterFunc(linger, func() { s.expire(key, name, ch) })
+	}
+}
+
+// expire unsubscribes ch if it is still idle, and closes its connection if it was the last
+// channel there, waiting for the connection's goroutine to end.
+func (s *Set) expire(key int, name string, ch *channel) {
+	s.mu.Lock()
+	sh := s.shards[key]
+	if sh == nil || sh.channels[name] != ch || len(ch.waiters) > 0 {
 		s.mu.Unlock()
 		return
 	}
@@ -143,6 +163,13 @@ func (s *Set) Close() {
 	s.mu.Lock()
 	shards := s.shards
 	s.shards = nil
+	for _, sh := range shards {
+		for _, ch := range sh.channels {
+			if ch.idle != nil {
+				ch.idle.Stop()
+			}
+		}
+	}
 	s.mu.Unlock()
 	for _, sh := range shards {
 		_ = sh.ps.Close()
