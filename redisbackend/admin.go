@@ -75,8 +75,8 @@ func globEscape(s string) string {
 	return sb.String()
 }
 
-// ForceRelease implements fencelock.ForceReleaser: it deletes the lock whoever holds it and
-// wakes its waiters. The fence counter stays, so the next token is still greater.
+// ForceRelease implements fencelock.ForceReleaser: it ends the lock whoever holds it and hands
+// it to the first waiter in line, or wakes the waiters of ReleaseWatcher. The fence counter stays, so the next token is still greater.
 func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info, error) {
 	info, err := b.Inspect(ctx, name)
 	if err != nil || !info.Held {
@@ -86,7 +86,7 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info
 	if b.sharded {
 		publish = "SPUBLISH"
 	}
-	n, err := forceScript.Run(ctx, b.c, []string{b.Key(name)}, info.Owner, publish).Int64()
+	n, err := forceScript.Run(ctx, b.c, b.queueKeys(name), info.Owner, publish, b.retentionArg).Int64()
 	if err != nil {
 		return info, classify(err)
 	}

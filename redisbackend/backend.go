@@ -3,8 +3,9 @@
 //
 // A lock named N is a hash under the key <prefix>{N}: {owner, token, count, h:<hold> per hold,
 // and meta when the holder publishes it}, with the lock's TTL. Its fence counter is
-// <prefix>{N}:fence; Obtain's waiters line up in <prefix>{N}:q and <prefix>{N}:q:e (see
-// AcquireQueued); releases and hand-overs are announced on the channel <prefix>{N}:released.
+// <prefix>{N}:fence; Obtain's waiters line up in <prefix>{N}:q and <prefix>{N}:q:e, and hear
+// that a release handed them the lock on <prefix>{N}:g:<backend ID> (see AcquireQueued);
+// releases with no one in line are announced on the channel <prefix>{N}:released.
 // The braces are a Cluster hash tag, so all of them live in one slot and every operation is one
 // script, one round trip.
 //
@@ -30,6 +31,8 @@ package redisbackend
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -68,7 +71,8 @@ type Backend struct {
 	sharded   bool
 	err       error // set when the configuration is unusable; every call returns it
 
-	retentionArg any // the fence retention in ms, boxed once
+	id           string // names this Backend's grant channels (see AcquireQueued)
+	retentionArg any    // the fence retention in ms, boxed once
 	lastTTL      atomic.Pointer[boxedTTL]
 	watch        *releasewatch.Set
 }
@@ -127,8 +131,16 @@ func New(c Client, opts ...Option) *Backend {
 		b.err = fmt.Errorf("%w: replicas %d with timeout %v", fencelock.ErrInvalid, b.replicas, b.replicaTO)
 	}
 	b.retentionArg = b.retention.Milliseconds()
+	b.id = newID()
 	b.watch = releasewatch.New(c, b.sharded)
 	return b
+}
+
+// newID returns 8 random bytes, base64url encoded.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails on supported platforms
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 func isNilPointer(c Client) bool {

@@ -1,10 +1,14 @@
--- Deletes a lock whoever holds it, if the holder is still the one the operator saw.
--- KEYS[1] the lock hash
--- ARGV[1] the owner ID the caller saw, ARGV[2] 'SPUBLISH' on Cluster, 'PUBLISH' elsewhere
--- Returns 1 when it deleted the lock, 0 when the lock changed owner or was gone.
+-- Ends a lock whoever holds it, if the holder is still the one the operator saw, and hands it
+-- to the first live waiter in line.
+-- KEYS as release.lua; ARGV[1] the owner ID the caller saw, ARGV[2] 'SPUBLISH' on Cluster,
+-- 'PUBLISH' elsewhere, ARGV[3] fence counter retention in ms
+-- Returns 1 when it ended the lock, 0 when the lock changed owner or was gone.
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call(ARGV[2], KEYS[1] .. ':released', '')
+local err = handover(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[2])
+if err then
+  return redis.error_reply(err)
+end
 return 1

@@ -19,8 +19,9 @@ const maxEntryLife = 5 * time.Second
 
 // AcquireQueued implements fencelock.Queue: a waiter takes a place in a line kept in Redis
 // beside the lock, and the release of the last hold hands the lock to the first live waiter
-// inside the same script, announcing the grant on the lock's channel. The waiter learns it
-// holds the lock from that message: a hand-off costs no round trip after the release.
+// inside the same script, announcing the grant on a channel of the waiter's Backend alone
+// (<prefix>{N}:g:<backend ID>). The waiter learns it holds the lock from that message: a
+// hand-off costs no round trip after the release, and no other client hears of it.
 //
 // A place in line lives min(TTL, 5s) unless renewed; the waiter renews it a third of that
 // apart. A lock that expires rather than being released goes to the first live waiter at its
@@ -36,7 +37,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 	}
 	life := min(req.TTL, maxEntryLife)
 	keys := b.queueKeys(req.Name)
-	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, life.Milliseconds()}
+	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, life.Milliseconds(), b.id}
 	start := time.Now()
 
 	// The first attempt goes before subscribing: a free lock costs one round trip.
@@ -50,12 +51,8 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 	granted := make(chan int64, 1)
 	w := releasewatch.NewWaiter()
 	w.Message = func(payload string) bool {
-		// 'g <token> <member>' hands the lock to member; an empty payload is a release with
-		// no one in line (a force, or a line of dead entries): everyone tries.
-		rest, ok := strings.CutPrefix(payload, "g ")
-		if !ok {
-			return true
-		}
+		// 'g <token> <hold id>@<owner>': a release handed the lock to that waiter of this client.
+		rest, _ := strings.CutPrefix(payload, "g ")
 		tok, who, _ := strings.Cut(rest, " ")
 		if who != member {
 			return false
@@ -68,7 +65,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 		}
 		return true
 	}
-	channel := b.channelKey(req.Name)
+	channel := b.Key(req.Name) + ":g:" + b.id
 	ready, err := b.watch.Add(ctx, channel, w)
 	defer b.watch.Remove(channel, w)
 	if err != nil {

@@ -2,9 +2,10 @@
 -- there) until a release hands the lock over.
 -- KEYS[1] the lock hash, KEYS[2] its fence counter,
 -- KEYS[3] the queue: a sorted set of waiters <hold id>@<owner> by arrival,
--- KEYS[4] the waiters' entries: a hash <hold id>@<owner> -> '<deadline ms> <TTL ms> <meta>'
+-- KEYS[4] the waiters' entries: a hash <hold id>@<owner> -> '<deadline ms> <TTL ms> <client> <meta>'
 -- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] TTL in ms, ARGV[4] fence counter retention in ms,
--- ARGV[5] meta, ARGV[6] how long the entry lives without being renewed, in ms
+-- ARGV[5] meta, ARGV[6] how long the entry lives without being renewed, in ms, ARGV[7] the ID
+-- of the waiter's client, which hears of its grant on KEYS[1] .. ':g:' .. ARGV[7]
 -- Returns {1, token, count} when the owner holds the lock after the call,
 --         {0, pttl} when it waits: the holder's PTTL, or -1 when the lock is free but an
 --         earlier waiter, still alive, is next.
@@ -52,7 +53,7 @@ if pttl == -2 then
 end
 local life = tonumber(ARGV[6])
 redis.call('ZADD', KEYS[3], 'NX', now, member)
-redis.call('HSET', KEYS[4], member, (now + life) .. ' ' .. ARGV[3] .. ' ' .. ARGV[5])
+redis.call('HSET', KEYS[4], member, (now + life) .. ' ' .. ARGV[3] .. ' ' .. ARGV[7] .. ' ' .. ARGV[5])
 if redis.call('PTTL', KEYS[3]) < life then
   redis.call('PEXPIRE', KEYS[3], life)
   redis.call('PEXPIRE', KEYS[4], life)

@@ -22,7 +22,7 @@ var (
 	//go:embed inspect.lua
 	inspectSrc string
 	//go:embed force.lua
-	forceSrc string
+	forceBody string
 
 	// The scripts that give a lock to an owner share take.lua's functions.
 	acquireSrc    = takeSrc + acquireBody
@@ -33,5 +33,5 @@ var (
 	renewScript   = redis.NewScript(renewSrc)
 	releaseScript = redis.NewScript(releaseSrc)
 	inspectScript = redis.NewScript(inspectSrc)
-	forceScript   = redis.NewScript(forceSrc)
+	forceScript   = redis.NewScript(takeSrc + forceBody)
 )
