@@ -148,14 +148,23 @@ func (c *Client) check(ctx context.Context, name string) error {
 	return nil
 }
 
+// settingsPool recycles the settings that options are applied to: an option is a function
+// that takes a pointer, so the settings it fills would otherwise escape to the heap on every
+// acquisition.
+var settingsPool = sync.Pool{New: func() any { return new(settings) }}
+
 func (c *Client) settings(opts []Option) settings {
-	s := settings{ttl: DefaultTTL}
+	p := settingsPool.Get().(*settings)
+	*p = settings{ttl: DefaultTTL}
 	for _, o := range c.defaults {
-		o(&s)
+		o(p)
 	}
 	for _, o := range opts {
-		o(&s)
+		o(p)
 	}
+	s := *p
+	*p = settings{} // keep no caller's values alive in the pool
+	settingsPool.Put(p)
 	return s
 }
 
@@ -226,20 +235,29 @@ func (c *Client) grant(vctx context.Context, name, owner, hold string, s *settin
 		c.mu.Lock()
 		st = nil
 	}
+	var l *Lock
 	if st == nil {
-		st = &holdState{
+		// A first hold: the Lock and its state in one allocation.
+		first := &struct {
+			l  Lock
+			st holdState
+		}{}
+		st, l = &first.st, &first.l
+		*st = holdState{
 			c: c, name: name, owner: owner, ttl: s.ttl, every: every,
 			watchdog: !s.noWatchdog, onLost: s.onLost, token: g.Token,
 			deadline: deadline, renewAt: sent.Add(every), refs: 1,
 			obtained: sent,
 		}
+		st.handles = st.handle0[:0]
 		c.held[key] = st
 		c.mu.Unlock()
 		c.sched.add(st)
 	} else {
 		c.mu.Unlock()
+		l = new(Lock)
 	}
-	l := &Lock{c: c, st: st, hold: hold, count: g.Count, ttl: s.ttl}
+	*l = Lock{c: c, st: st, hold: hold, count: g.Count, ttl: s.ttl}
 	l.lctx = lockContext{parent: vctx, st: st}
 	l.ctx = &l.lctx
 	if !st.attach(l.ctx) {

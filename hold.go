@@ -24,7 +24,8 @@ type holdState struct {
 	renewAt     time.Time // when the watchdog renews next
 	refs        int       // handles not yet released
 	handles     []*lockContext
-	err         error // set once: lostError or releasedError; the state is over
+	handle0     [1]*lockContext // backs handles while there is one, as there usually is
+	err         error           // set once: lostError or releasedError; the state is over
 }
 
 // join adds a reentrant hold; it fails when the state is over.

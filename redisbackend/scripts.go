@@ -9,6 +9,10 @@ import (
 var (
 	//go:embed take.lua
 	takeSrc string
+	//go:embed reenter.lua
+	reenterSrc string
+	//go:embed handover.lua
+	handoverSrc string
 	//go:embed acquire.lua
 	acquireBody string
 	//go:embed queue.lua
@@ -24,14 +28,16 @@ var (
 	//go:embed force.lua
 	forceBody string
 
-	// The scripts that give a lock to an owner share take.lua's functions.
-	acquireSrc    = takeSrc + acquireBody
-	releaseSrc    = takeSrc + releaseBody
+	// The scripts that give a lock to an owner share the functions of take.lua, reenter.lua
+	// and handover.lua; each script gets only those it calls, since a script defines its
+	// functions anew on every call.
+	acquireSrc    = takeSrc + reenterSrc + acquireBody
+	releaseSrc    = takeSrc + handoverSrc + releaseBody
 	acquireScript = redis.NewScript(acquireSrc)
-	queueScript   = redis.NewScript(takeSrc + queueBody)
+	queueScript   = redis.NewScript(takeSrc + reenterSrc + queueBody)
 	leaveScript   = redis.NewScript(leaveSrc)
 	renewScript   = redis.NewScript(renewSrc)
 	releaseScript = redis.NewScript(releaseSrc)
 	inspectScript = redis.NewScript(inspectSrc)
-	forceScript   = redis.NewScript(takeSrc + forceBody)
+	forceScript   = redis.NewScript(takeSrc + handoverSrc + forceBody)
 )
