@@ -155,10 +155,9 @@ func held(name string) error { return &fencelock.HeldError{Name: name} }
 func (b *Backend) leave(ctx context.Context, key, metaKey string, rev int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	_, _ = b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpDelete(key), clientv3.OpDelete(metaKey)).
-		Commit()
+	if err := b.deleteWaiter(ctx, key, metaKey, rev); err != nil {
+		b.owe(owed{key: key, metaKey: metaKey, rev: rev})
+	}
 }
 
 // waitTurn waits until no key of the queue was created before the waiter's, watching only the

@@ -26,8 +26,11 @@ type Backend struct {
 	ctx    context.Context // ends on Close; the sessions' keep-alives run under it
 	cancel context.CancelFunc
 
-	mu       sync.Mutex // guards sessions and closed
+	mu       sync.Mutex // guards sessions, owed, settling and closed
 	sessions map[int]*session
+	owed     []owed
+	settling bool           // a goroutine is settling what is owed
+	settlers sync.WaitGroup // that goroutine, waited for by Close
 	closed   bool
 }
 
@@ -77,6 +80,7 @@ func (b *Backend) Close() error {
 		}
 	}
 	b.cancel()
+	b.settlers.Wait()
 	return errors.Join(errs...)
 }
 

@@ -2,6 +2,7 @@ package etcdbackend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -64,10 +65,22 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 // Release implements fencelock.Backend. The last hold deletes the key in one transaction that
 // compares its value; other holds rewrite the value in a transaction that compares the key's
 // create and mod revisions.
+//
+// A release whose outcome stays unknown (the error matches fencelock.ErrUnavailable) is retried
+// by the Backend with every keep-alive of its leases until it is done, since the key would
+// otherwise live as long as the Backend keeps the lease alive.
 func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
 	}
+	n, err := b.release(ctx, lease, hold)
+	if err != nil && !errors.Is(err, fencelock.ErrNotHeld) && !errors.Is(err, fencelock.ErrInvalid) {
+		b.owe(owed{release: true, lease: lease, hold: hold})
+	}
+	return n, err
+}
+
+func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
 	key, metaKey := b.Key(lease.Name, lease.Owner), b.metaKey(lease.Name, lease.Owner)
 	resp, err := b.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(key), "=", holds{hold}.encode())).

@@ -27,6 +27,7 @@ type session struct {
 
 	stop   context.CancelFunc
 	exited chan struct{}
+	tick   func(context.Context) // runs after each confirmed keep-alive: the Backend settles what it owes
 
 	mu         sync.Mutex // guards validUntil and ended
 	validUntil time.Time  // a lower bound of the lease's expiry, on this process's monotonic clock
@@ -55,7 +56,7 @@ func (b *Backend) session(ctx context.Context, ttl time.Duration) (*session, err
 	}
 	s := &session{
 		c: b.c, id: lease.ID, ttl: time.Duration(lease.TTL) * time.Second,
-		done: make(chan struct{}), exited: make(chan struct{}),
+		done: make(chan struct{}), exited: make(chan struct{}), tick: b.settleSoon,
 		validUntil: sent.Add(time.Duration(lease.TTL) * time.Second),
 	}
 
@@ -96,6 +97,9 @@ func (s *session) keepAlive(ctx context.Context) {
 		switch {
 		case err == nil && resp.TTL > 0:
 			s.extend(sent, time.Duration(resp.TTL)*time.Second)
+			if s.tick != nil {
+				s.tick(ctx)
+			}
 			timer.Reset(interval)
 		case ctx.Err() != nil:
 			return
