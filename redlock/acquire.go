@@ -65,6 +65,8 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	keys := b.keys(req.Name)
 	ttl := req.TTL.Milliseconds()
 	n, q := len(b.nodes), b.quorum
+	proposal := b.propose()
+	retention := max(b.retention, req.TTL).Milliseconds()
 
 	start := time.Now()
 	replies := make([]acquireReply, n)
@@ -72,7 +74,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	var granted, held int
 	var failed []*NodeError
 	pending, err := fanOut(ctx, b, b.all, timeout, func(ctx context.Context, nd *node) (acquireReply, error) {
-		v, err := acquireScript.Run(ctx, nd.c, keys, req.Owner, req.Hold, ttl, req.Meta).Slice()
+		v, err := acquireScript.Run(ctx, nd.c, keys, req.Owner, req.Hold, ttl, req.Meta, proposal, retention).Slice()
 		if err != nil {
 			return acquireReply{}, err
 		}
@@ -125,15 +127,22 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		return fencelock.Grant{}, fmt.Errorf("%w: %q: a majority granted it after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
 	}
 
-	// A reentrant acquisition keeps the holder's token; a first one gets a new token.
+	// A reentrant acquisition keeps the holder's token. A first one has its token when every
+	// node that granted it stored the proposal; else it makes one in a token round.
 	count, token := 0, int64(0)
+	proposed := proposal > 0
 	for i, r := range replies {
 		if answered[i] && r.granted {
 			count = max(count, r.count)
 			if r.count > 1 {
 				token = max(token, r.token)
+			} else if r.token != proposal {
+				proposed = false
 			}
 		}
+	}
+	if token == 0 && proposed {
+		token = proposal
 	}
 	if token == 0 {
 		token, err = b.fence(ctx, req, keys, replies, answered, timeout)
@@ -150,6 +159,22 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		return fencelock.Grant{}, fmt.Errorf("%w: %q: the token was written after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
 	}
 	return fencelock.Grant{Token: token, Count: count, Validity: validity}, nil
+}
+
+// propose returns the token this Backend proposes for its next first acquisition: the clock
+// in µs, or one more than the last proposal when the clock has not moved past it. Zero (no
+// proposal) when the clock is not a term of the token.
+func (b *Backend) propose() int64 {
+	if !b.timeTokens {
+		return 0
+	}
+	for {
+		last := b.lastProposal.Load()
+		next := max(time.Now().UnixMicro(), last+1)
+		if b.lastProposal.CompareAndSwap(last, next) {
+			return next
+		}
+	}
 }
 
 // heldRemaining is how long until the holders' keys have expired on enough nodes for a

@@ -32,9 +32,12 @@ type Backend struct {
 
 	ident identity
 
-	mu     sync.RWMutex // guards closed against calls.Add
-	closed bool
-	calls  sync.WaitGroup // node calls in flight, also those an operation stopped waiting for
+	mu      sync.RWMutex // guards closed against calls.Add
+	closed  bool
+	calls   sync.WaitGroup // node calls in flight, also those an operation stopped waiting for
+	workers *workers       // run the node calls
+
+	lastProposal atomic.Int64 // the last token proposed (see propose)
 }
 
 var (
@@ -86,7 +89,7 @@ func WithShardedPubSub(on bool) Option { return func(b *Backend) { b.sharded = &
 // client twice; two different clients to one server can only be told apart by asking the
 // servers, which the first acquisition does (INFO server run_id).
 func New(clients []redisbackend.Client, opts ...Option) *Backend {
-	b := &Backend{prefix: "fencelock:", retention: 24 * time.Hour, timeTokens: true}
+	b := &Backend{prefix: "fencelock:", retention: 24 * time.Hour, timeTokens: true, workers: newWorkers()}
 	for _, o := range opts {
 		if o != nil {
 			o(b)
@@ -237,6 +240,7 @@ func (b *Backend) Close() error {
 		n.watch.Close()
 	}
 	b.calls.Wait()
+	b.workers.close()
 	return nil
 }
 
@@ -280,7 +284,8 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 	start := time.Now()
 	ch := make(chan reply[T], len(idx)) // buffered: a straggler never blocks
 	for _, i := range idx {
-		go func(n *node) {
+		n := b.nodes[i]
+		b.workers.run(func() {
 			defer b.calls.Done()
 			nctx, cancel := ctx, context.CancelFunc(func() {})
 			if timeout > 0 {
@@ -299,7 +304,7 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 			}
 			cancel()
 			ch <- reply[T]{node: n.i, v: v, err: err}
-		}(b.nodes[i])
+		})
 	}
 	var expired <-chan time.Time
 	if timeout > 0 {

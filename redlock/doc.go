@@ -55,13 +55,17 @@
 // # Fencing tokens
 //
 // Counters kept per node and a token made of the greatest would not do: with counters A=5 and
-// B=C=2, a majority with A gives 6, and a later majority without A gives 3. A first acquisition
-// therefore reads the counters of the nodes along with the grant, in the same round, makes
-// the candidate max(greatest counter read + 1, greatest server clock read in µs), and writes it
-// back to every node with a set-if-greater script before returning it; a node whose counter is
-// already at or beyond the candidate makes it take that counter plus one and write again. The
-// token is returned only once a majority has stored it. That costs one round trip more than an
-// acquisition on one server; a reentrant acquisition keeps the holder's token and costs none.
+// B=C=2, a majority with A gives 6, and a later majority without A gives 3. A token must be
+// stored on a majority before it is handed out. A first acquisition therefore proposes a
+// token with its request — the Backend's clock in µs, above its own last proposal — and each
+// node that grants the lock stores the proposal as its fence counter, with a set-if-greater,
+// in the same script. When every node of the granting majority stored it, that is the token:
+// one round trip, as on one server. When a node's counter was at or beyond the proposal (a
+// client clock behind another's, or counters raised by hand), the acquisition takes a second
+// round: the candidate is max(greatest counter read + 1, greatest server clock read in µs),
+// written back to every node with a set-if-greater script; a node whose counter is already at
+// or beyond the candidate makes it take that counter plus one and write again. A reentrant
+// acquisition keeps the holder's token and costs none.
 //
 // What this guarantees: no two acquisitions get a majority to store the same token (two
 // majorities share a node, and the second write there finds the counter at the token already),
@@ -71,8 +75,11 @@
 // when it restarts without persistence, or when the fence retention (WithFenceRetention,
 // default 24h) passes without an acquisition of that lock. Once a majority has lost them the
 // server clock carries the order, which holds as long as the nodes' clocks agree to within the
-// time between two acquisitions of the lock and do not step back. Run the nodes with
-// appendonly yes (appendfsync always, for counters that survive a power loss) and NTP.
+// time between two acquisitions of the lock and do not step back (the proposals add the
+// clients' clocks to that: they too should agree, within the same bound). Run the nodes with
+// appendonly yes (appendfsync always, for counters that survive a power loss) and NTP. The
+// scripts compare counters as Lua numbers, exact up to 2^53: µs clocks stay below that until
+// the 23rd century; a counter raised beyond it by hand breaks the comparison.
 //
 // # What the lock guarantees, and what it does not
 //

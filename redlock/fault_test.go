@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redlock"
@@ -312,6 +314,15 @@ func TestSlowNodesEatValidity(t *testing.T) {
 	if _, err := b.Release(ctx, fencelock.Lease{Name: "slow", Owner: "warm-up", TTL: time.Second}, ""); err != nil {
 		t.Fatal(err)
 	}
+	// A first acquisition whose proposed token is below the fence counters needs a token round
+	// after the grant: two round trips. (Counters stay below 2^53, as µs clocks do for
+	// centuries: Lua compares them as doubles.)
+	ahead := time.Now().UnixMicro() + 1e12
+	for _, c := range direct {
+		if err := c.(*redis.Client).Set(ctx, b.Key("slow")+":fence", ahead, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, p := range proxies {
 		p.SetDelay(30 * time.Millisecond) // each round trip 60ms: two of them exceed the TTL
 	}
@@ -338,6 +349,9 @@ func TestSlowNodesEatValidity(t *testing.T) {
 	}
 	if g.Validity <= 0 || g.Validity > long-120*time.Millisecond {
 		t.Fatalf("validity %v of TTL %v after two 60ms round trips", g.Validity, long)
+	}
+	if g.Token <= ahead {
+		t.Fatalf("token %d is not above the fence counters", g.Token)
 	}
 	if _, err := b.Release(ctx, fencelock.Lease{Name: "slow", Owner: "slow-owner", TTL: long}, ""); err != nil {
 		t.Fatal(err)
