@@ -57,9 +57,10 @@ func TestPausedWorkers(t *testing.T) {
 		name string
 		url  func(t *testing.T) string
 		ttl  time.Duration
+		hold time.Duration // the longest sleep between read and write
 	}{
-		{"redis (single node)", func(t *testing.T) string { return "redis://" + testserver.StartRedis(t).Addr }, 500 * time.Millisecond},
-		{"etcd (1 member)", startEtcd, 2 * time.Second},
+		{"redis (single node)", func(t *testing.T) string { return "redis://" + testserver.StartRedis(t).Addr }, 500 * time.Millisecond, 125 * time.Millisecond},
+		{"etcd (1 member)", startEtcd, 2 * time.Second, 100 * time.Millisecond},
 	}
 	for _, b := range backends {
 		for _, fenced := range []bool{true, false} {
@@ -68,7 +69,8 @@ func TestPausedWorkers(t *testing.T) {
 				store = "fenced"
 			}
 			t.Run(b.name+"/"+store, func(t *testing.T) {
-				sc := Scenario{Backend: b.url(t), Fenced: fenced, Workers: 3, Cycles: 30, Pauses: 3, TTL: b.ttl, Hold: b.ttl / 4, Spawn: spawn}
+				t.Parallel() // the runs share nothing, and spend their time asleep or stopped
+				sc := Scenario{Backend: b.url(t), Fenced: fenced, Workers: 3, Cycles: 30, Pauses: 3, TTL: b.ttl, Hold: b.hold, Spawn: spawn}
 				if full {
 					sc.Cycles, sc.Pauses = 3400, 20
 				}
