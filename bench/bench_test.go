@@ -15,7 +15,7 @@ import (
 // checks that the report covers every contender and that no lock ever had two holders. It
 // asserts nothing about timing.
 func TestTinyRun(t *testing.T) {
-	docs := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	docs := filepath.Join(t.TempDir(), "PERFORMANCE.md")
 	cfg := &config{mode: "tiny", timeout: 3 * time.Minute, writeDocs: true, docs: docs, command: "go test"}
 	if err := cfg.finish(strings.Join(scenarioNames, ","), ""); err != nil {
 		t.Fatal(err)

@@ -52,7 +52,7 @@ func (c *config) progress(format string, args ...any) {
 	fmt.Fprintf(c.log, format+"\n", args...)
 }
 
-// modes are the defaults of each mode. full is what docs/BENCHMARKS.md comes from; quick
+// modes are the defaults of each mode. full is what docs/PERFORMANCE.md comes from; quick
 // finishes in well under two minutes; tiny is for the unit test and measures nothing.
 var modes = map[string]config{
 	"full": {rounds: 10, warmup: 200, cycles: 20000, throughput: 4 * time.Second, goroutines: 32,
@@ -99,8 +99,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.IntVar(&c.watchdogIntervals, "watchdog-intervals", 0, "watchdog: renewal intervals measured (default: full 5, quick 3)")
 	fs.BoolVar(&c.pin, "pin", true, "pin the redis-server processes to CPU 0 and this program to CPU 1 (GOMAXPROCS 1), when there are 2 CPUs or more")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "stop the run after this long")
-	fs.BoolVar(&c.writeDocs, "write-docs", false, "write the results to docs/BENCHMARKS.md of the fencelock checkout (see -docs)")
-	fs.StringVar(&c.docs, "docs", "", "file -write-docs writes (default: docs/BENCHMARKS.md in the fencelock checkout that holds the working directory)")
+	fs.BoolVar(&c.writeDocs, "write-docs", false, "write the results to docs/PERFORMANCE.md of the fencelock checkout (see -docs)")
+	fs.StringVar(&c.docs, "docs", "", "file -write-docs writes (default: docs/PERFORMANCE.md in the fencelock checkout that holds the working directory)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: go run ./bench [flags]   (from the fencelock checkout)
 

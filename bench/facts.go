@@ -116,7 +116,7 @@ func redisVersion(ctx context.Context, c *redis.Client) string {
 	return v
 }
 
-// docsPath is the file -write-docs writes: path if given, else docs/BENCHMARKS.md at the
+// docsPath is the file -write-docs writes: path if given, else docs/PERFORMANCE.md at the
 // root of the fencelock checkout holding the working directory (the directory whose go.mod
 // is module github.com/fencelock/fencelock).
 func docsPath(path string) (string, error) {
@@ -130,7 +130,7 @@ func docsPath(path string) (string, error) {
 	for {
 		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
 		if err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), "module github.com/fencelock/fencelock\n") {
-			return filepath.Join(dir, "docs", "BENCHMARKS.md"), os.MkdirAll(filepath.Join(dir, "docs"), 0o755)
+			return filepath.Join(dir, "docs", "PERFORMANCE.md"), os.MkdirAll(filepath.Join(dir, "docs"), 0o755)
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {

@@ -4,7 +4,7 @@
 //
 //	go run ./bench -h
 //	go run ./bench -quick                 # under 2 minutes
-//	go run ./bench -write-docs            # the full run behind docs/BENCHMARKS.md
+//	go run ./bench -write-docs            # the full run behind docs/PERFORMANCE.md
 //
 // It is a module of its own, so that the peers never enter fencelock's dependencies.
 package main
