@@ -209,6 +209,16 @@ func (r *report) summary(sb *strings.Builder) {
 			rows = append(rows, []string{"Redlock: p50 on 5 nodes ÷ p50 on 1", fmt.Sprintf("%.2f×", rt), fmt.Sprintf("%.2f× %s", best, bestL), "≤ 1.3×", verdict(rt <= 1.3)})
 		}
 	}
+	for _, w := range r.watchdog {
+		if !strings.HasPrefix(w.label, "fencelock") || w.roundTrips < 0 || w.locks == 0 {
+			continue
+		}
+		per100 := w.roundTrips / float64(w.locks) * 100
+		core := float64(w.clientCPU) / float64(w.interval) * 100
+		rows = append(rows, []string{fmt.Sprintf("watchdog, %d held locks: round trips per 100 locks per interval; client CPU", w.locks),
+			fmt.Sprintf("%.3f; %.1f%% of a core", per100, core), "no Go peer renews in batches", "≤ 1; < 5%", verdict(per100 <= 1 && core < 5)})
+		break
+	}
 	if len(rows) == 0 {
 		sb.WriteString("(no scenario with a target ran)\n\n")
 		return

@@ -116,7 +116,7 @@ func TestReleaseHandsOver(t *testing.T) {
 		}
 		got := make(chan *fencelock.Lock, 1)
 		go func() {
-			l, err := waiter.Obtain(ctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithOwner("waiter"))
+			l, err := waiter.Obtain(ctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithOwner("waiter"), fencelock.WithMetadata("host=w"))
 			if err != nil {
 				t.Error(err)
 			}
@@ -127,7 +127,7 @@ func TestReleaseHandsOver(t *testing.T) {
 			t.Fatal(err)
 		}
 		info, err := b.Inspect(ctx, name)
-		if err != nil || info.Owner != "waiter" || info.Token <= first.Token() {
+		if err != nil || info.Owner != "waiter" || info.Token <= first.Token() || info.Meta != "host=w" {
 			t.Fatalf("right after the release: %+v %v (released token %d)", info, err, first.Token())
 		}
 		l := <-got
@@ -319,4 +319,45 @@ func TestTryObtainWithLine(t *testing.T) {
 	stop()
 	<-done
 	_ = l.Release(ctx)
+}
+
+// With WithReplicas, a lock handed over by a release is confirmed by the replicas before the
+// waiter has it.
+func TestHandOverWithReplicas(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := testserver.StartSentinel(t)
+	rdb := s.ClientT(t)
+	b := redisbackend.New(rdb, redisbackend.WithReplicas(1, time.Second))
+	holder, waiter := fencelock.New(b), fencelock.New(redisbackend.New(rdb, redisbackend.WithReplicas(1, time.Second)))
+	defer holder.Close()
+	defer waiter.Close()
+	const name = "handover-replicas"
+	first, err := holder.Obtain(ctx, name, fencelock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := waiter.Obtain(ctx, name, fencelock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitQueueLen(t, rdb, b, name, 1)
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	replica := s.Replica.ClientT(t)
+	if owner := replica.HGet(ctx, b.Key(name), "owner").Val(); owner != l.Owner() {
+		t.Fatalf("the replica names %q as the holder, want %q", owner, l.Owner())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
