@@ -20,15 +20,17 @@ import (
 // packet). Meanwhile the sender's lock expired and another holder wrote. With fencing the late
 // write is refused every time.
 func TestDelayedWrite(t *testing.T) {
+	t.Parallel() // asleep most of the time: it runs beside the other scenarios
 	for _, b := range []struct {
 		name string
 		url  func(t *testing.T) string
 		ttl  time.Duration
 	}{
 		{"redis", func(t *testing.T) string { return "redis://" + testserver.StartRedis(t).Addr }, 200 * time.Millisecond},
-		{"etcd", startEtcd, 2 * time.Second},
+		{"etcd", startEtcd, time.Second}, // the test cluster's shortest lease
 	} {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			url := b.url(t)

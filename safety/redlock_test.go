@@ -237,6 +237,7 @@ func TestRedlockRestartedNode(t *testing.T) {
 		{"aof", "restart at once, appendonly yes, appendfsync always", []string{"--appendonly", "yes", "--appendfsync", "always"}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // servers of their own; the restart after a TTL is mostly asleep
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rounds)*(redlockTTL+20*time.Second))
 			defer cancel()
 			nodes := startRedlockNodes(t, tc.args...)

@@ -3,10 +3,12 @@ package safety
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 )
 
 // outcome is what one scenario observed against one backend in one setting: a row of the
@@ -52,14 +54,6 @@ func writeResults(path string) error {
 	outcomesMu.Unlock()
 	slices.SortStableFunc(rows, func(a, b outcome) int { return a.Scenario - b.Scenario })
 
-	var t strings.Builder
-	t.WriteString("| # | scenario | backend | setting | trials | double grants | stale writes refused | stale writes accepted | lost additions | also seen |\n")
-	t.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range rows {
-		fmt.Fprintf(&t, "| %d | %s | %s | %s | %d %s | %d | %d | %d | %d | %s |\n", r.Scenario, r.Title, r.Backend, r.Setting,
-			r.Rounds, r.Unit, r.DoubleGrants, r.StaleRefused, r.StaleAccepted, r.LostAdditions, r.Note)
-	}
-
 	doc, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -68,10 +62,79 @@ func writeResults(path string) error {
 	if i < 0 || j < i {
 		return fmt.Errorf("%s has no results markers", path)
 	}
+
+	// Rows of scenarios this run did not record stay as an earlier run wrote them, so that one
+	// scenario can be run again alone.
+	ran := map[int]bool{}
+	for _, r := range rows {
+		ran[r.Scenario] = true
+	}
+	lines := map[int][]string{}
+	for _, line := range strings.Split(string(doc[i+len(resultsBegin):j]), "\n") {
+		var n int
+		if _, err := fmt.Sscanf(line, "| %d |", &n); err == nil && !ran[n] {
+			lines[n] = append(lines[n], line)
+		}
+	}
+	for _, r := range rows {
+		lines[r.Scenario] = append(lines[r.Scenario], fmt.Sprintf("| %d | %s | %s | %s | %d %s | %d | %d | %d | %d | %s |", r.Scenario, r.Title, r.Backend, r.Setting,
+			r.Rounds, r.Unit, r.DoubleGrants, r.StaleRefused, r.StaleAccepted, r.LostAdditions, r.Note))
+	}
+	var t strings.Builder
+	t.WriteString("| # | scenario | backend | setting | trials | double grants | stale writes refused | stale writes accepted | lost additions | also seen |\n")
+	t.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, n := range slices.Sorted(maps.Keys(lines)) {
+		for _, line := range lines[n] {
+			t.WriteString(line + "\n")
+		}
+	}
 	var out bytes.Buffer
 	out.Write(doc[:i+len(resultsBegin)])
 	out.WriteString("\n")
 	out.WriteString(t.String())
 	out.Write(doc[j:])
 	return os.WriteFile(path, out.Bytes(), 0o644)
+}
+
+// The results table keeps the rows of scenarios a run did not record, and replaces the rest.
+func TestWriteResultsMerges(t *testing.T) {
+	path := t.TempDir() + "/doc.md"
+	old := "intro\n" + resultsBegin + "\n| # | h |\n|---|---|\n| 1 | old one |\n| 2 | old two |\n" + resultsEnd + "\nend\n"
+	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outcomesMu.Lock()
+	saved := outcomes
+	outcomes = []outcome{{Scenario: 2, Title: "new two", Backend: "b", Setting: "s", Rounds: 3, Unit: "rounds"}}
+	outcomesMu.Unlock()
+	defer func() {
+		outcomesMu.Lock()
+		outcomes = saved
+		outcomesMu.Unlock()
+	}()
+	if err := writeResults(path); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	for _, want := range []string{"| 1 | old one |", "| 2 | new two | b | s | 3 rounds |", "intro\n", "\nend\n"} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	if strings.Contains(string(got), "old two") {
+		t.Errorf("the rerun scenario's old row stayed:\n%s", got)
+	}
+}
+
+// Overlapping holds are counted between workers, not within one.
+func TestOverlaps(t *testing.T) {
+	holds := []hold{
+		{worker: 1, from: 0, to: 10},
+		{worker: 2, from: 5, to: 20},  // overlaps worker 1's
+		{worker: 1, from: 12, to: 15}, // inside worker 2's
+		{worker: 3, from: 20, to: 30}, // starts as worker 2's ends: no overlap
+	}
+	if n := overlaps(holds); n != 2 {
+		t.Fatalf("overlaps = %d, want 2", n)
+	}
 }

@@ -53,6 +53,7 @@ var full = os.Getenv("FENCELOCK_SAFETY_FULL") == "1"
 // fencing, no acknowledged addition is lost and no stale write is accepted; without, the
 // losses are reported.
 func TestPausedWorkers(t *testing.T) {
+	t.Parallel() // asleep or stopped most of the time: it runs beside the other scenarios
 	backends := []struct {
 		name string
 		url  func(t *testing.T) string
@@ -92,7 +93,7 @@ func TestPausedWorkers(t *testing.T) {
 				}
 				record(outcome{Scenario: 1, Title: "worker paused 2×TTL", Backend: b.name, Setting: store + " store",
 					Rounds: sc.Workers * sc.Cycles, Unit: "cycles", StaleRefused: r.StaleRefused, StaleAccepted: r.StaleAccepted,
-					LostAdditions: r.LostAdditions, Note: fmt.Sprintf("%d pauses, %d writes, %d acknowledged", r.PausesDone, r.Writes, r.Acknowledged)})
+					LostAdditions: r.LostAdditions, Note: fmt.Sprintf("%d pauses, %d writes, %d acknowledged, %d overlapping holds", r.PausesDone, r.Writes, r.Acknowledged, r.Overlaps)})
 			})
 		}
 	}

@@ -2,6 +2,7 @@ package safety
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -35,6 +36,7 @@ type Result struct {
 	LostAdditions  int // acknowledged additions missing from the final set
 	StaleAccepted  int // accepted writes whose token was older than one accepted before
 	StaleRefused   int // writes the fenced store refused
+	Overlaps       int // holds of different workers that overlapped in time (a paused holder's and its successor's)
 	PausesDone     int
 	WorkerFailures []string
 }
@@ -48,8 +50,9 @@ func (sc Scenario) Run(ctx context.Context) (Result, error) {
 	}
 	defer stop()
 
-	var mu sync.Mutex // guards acks, pids and failures
+	var mu sync.Mutex // guards acks, holds, pids and failures
 	var acks []int
+	var holds []hold
 	var failures []string
 	pids := map[int]bool{}
 	var wg sync.WaitGroup
@@ -71,11 +74,12 @@ func (sc Scenario) Run(ctx context.Context) (Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got := readAcks(stdout)
+			got, held := readWorker(stdout, id)
 			err := cmd.Wait()
 			mu.Lock()
 			defer mu.Unlock()
 			acks = append(acks, got...)
+			holds = append(holds, held...)
 			delete(pids, cmd.Process.Pid)
 			if err != nil {
 				failures = append(failures, fmt.Sprintf("worker %d: %v: %s", id, err, strings.TrimSpace(stderr.String())))
@@ -116,7 +120,7 @@ func (sc Scenario) Run(ctx context.Context) (Result, error) {
 	<-done
 
 	final, log := store.Final()
-	r := Result{Writes: len(log), Acknowledged: len(acks), PausesDone: pausesDone, WorkerFailures: failures}
+	r := Result{Writes: len(log), Acknowledged: len(acks), PausesDone: pausesDone, WorkerFailures: failures, Overlaps: overlaps(holds)}
 	in := make(map[int]bool, len(final))
 	for _, x := range final {
 		in[x] = true
@@ -141,16 +145,48 @@ func (sc Scenario) Run(ctx context.Context) (Result, error) {
 	return r, nil
 }
 
-func readAcks(r io.Reader) []int {
-	var out []int
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "ack "); ok {
-			if n, err := strconv.Atoi(v); err == nil {
-				out = append(out, n)
+// hold is one time a worker held the lock, on this machine's clock (Unix ns).
+type hold struct {
+	worker   int
+	from, to int64
+}
+
+// overlaps counts the pairs of holds by different workers that overlap in time.
+func overlaps(holds []hold) int {
+	slices.SortFunc(holds, func(a, b hold) int { return cmp.Compare(a.from, b.from) })
+	n := 0
+	for i, h := range holds {
+		for _, later := range holds[i+1:] {
+			if later.from >= h.to {
+				break
+			}
+			if later.worker != h.worker {
+				n++
 			}
 		}
 	}
-	slices.Sort(out)
-	return out
+	return n
+}
+
+// readWorker reads a worker's output: its acknowledged additions and its holds.
+func readWorker(r io.Reader, worker int) ([]int, []hold) {
+	var acks []int
+	var holds []hold
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "ack "); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				acks = append(acks, n)
+			}
+		} else if v, ok := strings.CutPrefix(line, "hold "); ok {
+			var h hold
+			if _, err := fmt.Sscan(v, &h.from, &h.to); err == nil {
+				h.worker = worker
+				holds = append(holds, h)
+			}
+		}
+	}
+	slices.Sort(acks)
+	return acks, holds
 }

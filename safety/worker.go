@@ -34,7 +34,8 @@ type WorkerConfig struct {
 }
 
 // RunWorker runs the lock-set workload and prints "ack N" to out for every addition the store
-// acknowledged.
+// acknowledged, and "hold <from> <to>" (Unix ns) for every time it held the lock: from the
+// grant to the start of its release.
 func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 	b, closeBackend, err := openBackend(cfg.Backend)
 	if err != nil {
@@ -49,6 +50,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("worker %d obtain: %w", cfg.ID, err)
 		}
+		from := time.Now()
 		var r readReply
 		if err := call(ctx, hc, cfg.Store+"/read", nil, &r); err != nil {
 			return err
@@ -65,6 +67,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 		if w.Accepted {
 			fmt.Fprintf(out, "ack %d\n", added)
 		}
+		fmt.Fprintf(out, "hold %d %d\n", from.UnixNano(), time.Now().UnixNano())
 		// After a pause the lock is gone: a failed release is part of the story, not an error.
 		_ = lock.Release(context.WithoutCancel(ctx))
 	}
