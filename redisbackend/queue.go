@@ -2,6 +2,7 @@ package redisbackend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -44,6 +45,9 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 	sent := start
 	g, pttl, err := b.queueAttempt(ctx, req, keys, args)
 	if err != nil || g != nil {
+		if err != nil && !errors.Is(err, fencelock.ErrInvalid) {
+			b.leave(ctx, keys, req) // the attempt may have put it in line
+		}
 		return b.queued(ctx, req, g, start, sent, err)
 	}
 
@@ -69,7 +73,8 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 	ready, err := b.watch.Add(ctx, channel, w)
 	defer b.watch.Remove(channel, w)
 	if err != nil {
-		return b.queued(ctx, req, nil, start, sent, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, channel, err))
+		b.leave(ctx, keys, req) // a grant after this return would hold the lock for no one
+		return fencelock.Grant{}, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, channel, err)
 	}
 	subscribed := ready
 	timer := time.NewTimer(subscribeTimeout)
@@ -154,7 +159,8 @@ func (b *Backend) queued(ctx context.Context, req fencelock.Request, g *fenceloc
 }
 
 // leave takes the caller out of line, on a fresh context: the caller's may be what ended the
-// wait. A grant that raced with the leaving is undone by the caller's clean-up (a release).
+// wait. A grant that raced with the leaving is undone by the caller's clean-up (a release). A
+// leave that fails leaves a place that lapses within min(TTL, 5s), like a dead waiter's.
 func (b *Backend) leave(ctx context.Context, keys []string, req fencelock.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
