@@ -46,12 +46,16 @@ const (
 	resultsEnd   = "<!-- results:end -->"
 )
 
-// writeResults replaces the generated table in the Markdown file at path (between the
-// results markers) with what this run recorded.
-func writeResults(path string) error {
+// recorded returns what this run recorded so far.
+func recorded() []outcome {
 	outcomesMu.Lock()
-	rows := slices.Clone(outcomes)
-	outcomesMu.Unlock()
+	defer outcomesMu.Unlock()
+	return slices.Clone(outcomes)
+}
+
+// writeResults replaces the generated table in the Markdown file at path (between the
+// results markers) with rows.
+func writeResults(path string, rows []outcome) error {
 	slices.SortStableFunc(rows, func(a, b outcome) int { return a.Scenario - b.Scenario })
 
 	doc, err := os.ReadFile(path)
@@ -103,16 +107,8 @@ func TestWriteResultsMerges(t *testing.T) {
 	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	outcomesMu.Lock()
-	saved := outcomes
-	outcomes = []outcome{{Scenario: 2, Title: "new two", Backend: "b", Setting: "s", Rounds: 3, Unit: "rounds"}}
-	outcomesMu.Unlock()
-	defer func() {
-		outcomesMu.Lock()
-		outcomes = saved
-		outcomesMu.Unlock()
-	}()
-	if err := writeResults(path); err != nil {
+	rows := []outcome{{Scenario: 2, Title: "new two", Backend: "b", Setting: "s", Rounds: 3, Unit: "rounds"}}
+	if err := writeResults(path, rows); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(path)

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if path := os.Getenv("FENCELOCK_SAFETY_DOCS"); path != "" && code == 0 {
-		if err := writeResults(path); err != nil {
+		if err := writeResults(path, recorded()); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}

@@ -122,7 +122,11 @@ func TestSentinelFailoverInLagWindow(t *testing.T) {
 // for 10 s (its proxy blackholed) while a client on its side of the partition keeps obtaining
 // locks; the sentinel promotes a replica. With min-replicas-to-write 1 and
 // min-replicas-max-lag 2 the old master stops taking writes once no replica has acknowledged
-// for 2 s: no acquisition may succeed there after that (plus Redis's one-second granularity).
+// for 2 s. Redis keeps that count with a granularity of seconds, three times over: replicas
+// acknowledge once a second, the lag is whole seconds of the server's clock, and the count of
+// good replicas is refreshed once a second. So the last grant on the old master can come up
+// to 3 s after the lag: that is the bound the run must keep. How many came later than the lag
+// plus 1 s is reported.
 func TestSentinelSplitBrain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -200,22 +204,25 @@ func TestSentinelSplitBrain(t *testing.T) {
 	if len(acceptedAt) > 0 {
 		last = slices.Max(acceptedAt)
 	}
-	late := 0
+	afterLag1, afterLag3 := 0, 0
 	for _, at := range acceptedAt {
 		if at > maxLag+time.Second {
-			late++
+			afterLag1++
+		}
+		if at > maxLag+3*time.Second {
+			afterLag3++
 		}
 	}
-	t.Logf("%d rounds: %d acquisitions tried on the cut-off master, %d granted, the last %v after the cut; %d granted after min-replicas-max-lag + 1 s; %d double grants",
-		rounds, attempts, len(acceptedAt), last, late, double)
+	t.Logf("%d rounds: %d acquisitions tried on the cut-off master, %d granted, the last %v after the cut; %d granted later than min-replicas-max-lag + 1 s, %d later than + 3 s; %d double grants",
+		rounds, attempts, len(acceptedAt), last, afterLag1, afterLag3, double)
 	record(outcome{Scenario: 5, Title: "Sentinel split brain, old master cut off 10 s", Backend: "redis (Sentinel)", Setting: "min-replicas-to-write 1, min-replicas-max-lag 2",
 		Rounds: attempts, Unit: "acquisitions on the old master", DoubleGrants: double, StaleRefused: staleRefused, StaleAccepted: staleAccepted,
-		Note: fmt.Sprintf("%d granted, the last %v after the cut; %d after lag + 1 s", len(acceptedAt), last.Round(10*time.Millisecond), late)})
+		Note: fmt.Sprintf("%d granted, the last %v after the cut: %d later than lag + 1 s, %d later than lag + 3 s", len(acceptedAt), last.Round(10*time.Millisecond), afterLag1, afterLag3)})
 	if len(acceptedAt) == 0 {
 		t.Fatal("the old master granted nothing after the cut: the window before min-replicas-max-lag was not exercised")
 	}
-	if late != 0 || staleAccepted != 0 {
-		t.Fatalf("%d acquisitions granted on the cut-off master after min-replicas-max-lag + 1 s; %d stale writes accepted", late, staleAccepted)
+	if afterLag3 != 0 || staleAccepted != 0 {
+		t.Fatalf("%d acquisitions granted on the cut-off master later than min-replicas-max-lag + 3 s; %d stale writes accepted", afterLag3, staleAccepted)
 	}
 }
 
