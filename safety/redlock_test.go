@@ -357,7 +357,7 @@ func TestRedlockClockJump(t *testing.T) {
 	}
 	t.Logf("%d rounds: %d double grants, A's stale write refused %d, accepted %d", rounds, doubles, refused, accepted)
 	record(outcome{Scenario: 8, Title: "clock jump on a node of the holder's bare majority", Backend: redlockBackend,
-		Setting: "key expired early on 1 node, partitions {0,1,2} | {2,3,4}", Rounds: rounds, Unit: "rounds",
+		Setting: "key expired early on 1 node, majorities {0,1,2} then {2,3,4}", Rounds: rounds, Unit: "rounds",
 		DoubleGrants: doubles, StaleRefused: refused, StaleAccepted: accepted,
 		Note: fmt.Sprintf("B obtained in every round; TTL %v, holder's watchdog on", redlockTTL)})
 	if accepted != 0 {

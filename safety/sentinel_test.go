@@ -304,6 +304,6 @@ func TestWatchdogAfterFailover(t *testing.T) {
 	slices.Sort(delays)
 	p50, p99 := delays[len(delays)/2], delays[len(delays)*99/100]
 	t.Logf("%d failovers: context ended p50 %v p99 %v after the failover (TTL %v, renewal every %v)", trials, p50, p99, ttl, ttl/3)
-	record(outcome{Scenario: 10, Title: "Sentinel failover loses the key while held", Backend: "redis (Sentinel)", Setting: fmt.Sprintf("TTL %v, renewal every %v", ttl, ttl/3),
+	record(outcome{Scenario: 10, Title: "Sentinel failover loses the key while held", Backend: "redis (Sentinel)", Setting: fmt.Sprintf("TTL %v, renewal every %v", ttl, (ttl / 3).Round(time.Millisecond)),
 		Rounds: trials, Unit: "failovers", Note: fmt.Sprintf("context ended p50 %v, p99 %v after the failover", p50.Round(time.Millisecond), p99.Round(time.Millisecond))})
 }
