@@ -3,11 +3,13 @@ package safety
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -58,7 +60,17 @@ func recorded() []outcome {
 func writeResults(path string, rows []outcome) error {
 	slices.SortStableFunc(rows, func(a, b outcome) int { return a.Scenario - b.Scenario })
 
-	doc, err := os.ReadFile(path)
+	// Two runs of the suite may finish at once (scripts/safety runs two): each rewrites the
+	// file under an exclusive lock.
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
+	doc, err := io.ReadAll(f)
 	if err != nil {
 		return err
 	}
@@ -67,16 +79,21 @@ func writeResults(path string, rows []outcome) error {
 		return fmt.Errorf("%s has no results markers", path)
 	}
 
-	// Rows of scenarios this run did not record stay as an earlier run wrote them, so that one
-	// scenario can be run again alone.
-	ran := map[int]bool{}
+	// Rows this run did not record (by scenario and title) stay as an earlier run wrote them,
+	// so that one scenario can be run again alone. A row whose title changed stays too, until
+	// it is deleted by hand.
+	key := func(n int, title string) string { return fmt.Sprintf("| %d | %s |", n, title) }
+	ran := map[string]bool{}
 	for _, r := range rows {
-		ran[r.Scenario] = true
+		ran[key(r.Scenario, r.Title)] = true
 	}
 	lines := map[int][]string{}
 	for _, line := range strings.Split(string(doc[i+len(resultsBegin):j]), "\n") {
 		var n int
-		if _, err := fmt.Sscanf(line, "| %d |", &n); err == nil && !ran[n] {
+		if _, err := fmt.Sscanf(line, "| %d |", &n); err != nil {
+			continue
+		}
+		if cells := strings.SplitN(line, "|", 4); len(cells) == 4 && !ran["|"+cells[1]+"|"+cells[2]+"|"] {
 			lines[n] = append(lines[n], line)
 		}
 	}
@@ -97,28 +114,31 @@ func writeResults(path string, rows []outcome) error {
 	out.WriteString("\n")
 	out.WriteString(t.String())
 	out.Write(doc[j:])
-	return os.WriteFile(path, out.Bytes(), 0o644)
+	if _, err := f.WriteAt(out.Bytes(), 0); err != nil {
+		return err
+	}
+	return f.Truncate(int64(out.Len()))
 }
 
-// The results table keeps the rows of scenarios a run did not record, and replaces the rest.
+// The results table keeps the rows a run did not record, and replaces the rest.
 func TestWriteResultsMerges(t *testing.T) {
 	path := t.TempDir() + "/doc.md"
-	old := "intro\n" + resultsBegin + "\n| # | h |\n|---|---|\n| 1 | old one |\n| 2 | old two |\n" + resultsEnd + "\nend\n"
+	old := "intro\n" + resultsBegin + "\n| # | h |\n|---|---|\n| 1 | old one |\n| 2 | old two | x |\n| 2 | other two | y |\n" + resultsEnd + "\nend\n"
 	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rows := []outcome{{Scenario: 2, Title: "new two", Backend: "b", Setting: "s", Rounds: 3, Unit: "rounds"}}
+	rows := []outcome{{Scenario: 2, Title: "old two", Backend: "b", Setting: "s", Rounds: 3, Unit: "rounds"}}
 	if err := writeResults(path, rows); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(path)
-	for _, want := range []string{"| 1 | old one |", "| 2 | new two | b | s | 3 rounds |", "intro\n", "\nend\n"} {
+	for _, want := range []string{"| 1 | old one |", "| 2 | old two | b | s | 3 rounds |", "| 2 | other two | y |", "intro\n", "\nend\n"} {
 		if !strings.Contains(string(got), want) {
 			t.Errorf("missing %q in:\n%s", want, got)
 		}
 	}
-	if strings.Contains(string(got), "old two") {
-		t.Errorf("the rerun scenario's old row stayed:\n%s", got)
+	if strings.Contains(string(got), "| 2 | old two | x |") {
+		t.Errorf("the rerun row's old version stayed:\n%s", got)
 	}
 }
 
