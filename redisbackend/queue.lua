@@ -54,8 +54,10 @@ end
 local life = tonumber(ARGV[6])
 redis.call('ZADD', KEYS[3], 'NX', now, member)
 redis.call('HSET', KEYS[4], member, (now + life) .. ' ' .. ARGV[3] .. ' ' .. ARGV[7] .. ' ' .. ARGV[5])
-if redis.call('PTTL', KEYS[3]) < life then
-  redis.call('PEXPIRE', KEYS[3], life)
-  redis.call('PEXPIRE', KEYS[4], life)
+-- The line outlives its longest-lived place, and no longer.
+for i = 3, 4 do
+  if redis.call('PTTL', KEYS[i]) < life then
+    redis.call('PEXPIRE', KEYS[i], life)
+  end
 end
 return {0, pttl}

@@ -80,6 +80,12 @@ func TestQueueIsFIFO(t *testing.T) {
 				}()
 				waitQueueLen(t, rdb, b, name, int64(i+1))
 			}
+			// No key without a TTL: the line lapses if every waiter dies.
+			for _, k := range []string{b.Key(name) + ":q", b.Key(name) + ":q:e"} {
+				if ttl, err := rdb.PTTL(ctx, k).Result(); err != nil || ttl <= 0 {
+					t.Fatalf("PTTL %s = %v, %v", k, ttl, err)
+				}
+			}
 			if err := first.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
