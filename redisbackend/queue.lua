@@ -1,7 +1,7 @@
 -- Takes the lock for a waiter whose turn it is, or puts the waiter in line (or keeps its place
 -- there) until a release hands the lock over.
 -- KEYS[1] the lock hash, KEYS[2] its fence counter,
--- KEYS[3] the queue: a sorted set of waiters <hold id>@<owner> by arrival,
+-- KEYS[3] the queue: a sorted set of waiters <hold id>@<owner>, scored in order of arrival,
 -- KEYS[4] the waiters' entries: a hash <hold id>@<owner> -> '<deadline ms> <TTL ms> <client> <meta>'
 -- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] TTL in ms, ARGV[4] fence counter retention in ms,
 -- ARGV[5] meta, ARGV[6] how long the entry lives without being renewed, in ms, ARGV[7] the ID
@@ -52,7 +52,12 @@ if pttl == -2 then
   pttl = -1
 end
 local life = tonumber(ARGV[6])
-redis.call('ZADD', KEYS[3], 'NX', now, member)
+-- A new place goes after the last one, whatever the clock says: arrivals in one millisecond,
+-- or a clock stepped back, must not reorder the line.
+if not redis.call('ZSCORE', KEYS[3], member) then
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+  redis.call('ZADD', KEYS[3], math.max(now, tonumber(last or '0') + 1), member)
+end
 redis.call('HSET', KEYS[4], member, (now + life) .. ' ' .. ARGV[3] .. ' ' .. ARGV[7] .. ' ' .. ARGV[5])
 -- The line outlives its longest-lived place, and no longer.
 for i = 3, 4 do
