@@ -37,6 +37,20 @@ func waitQueueLen(t *testing.T, rdb redis.UniversalClient, b *redisbackend.Backe
 	}
 }
 
+// obtainAsync obtains name through c on a goroutine of its own; the channel yields the lock,
+// or nil after reporting the error.
+func obtainAsync(t *testing.T, ctx context.Context, c *fencelock.Client, name string, opts ...fencelock.Option) <-chan *fencelock.Lock {
+	got := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := c.Obtain(ctx, name, opts...)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	return got
+}
+
 // Waiters get the lock in the order they came, each handed it by the release before.
 func TestQueueIsFIFO(t *testing.T) {
 	for _, d := range []string{"single", "cluster"} {
@@ -120,14 +134,7 @@ func TestReleaseHandsOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *fencelock.Lock, 1)
-		go func() {
-			l, err := waiter.Obtain(ctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithOwner("waiter"), fencelock.WithMetadata("host=w"))
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
+		got := obtainAsync(t, ctx, waiter, name, fencelock.WithTTL(10*time.Second), fencelock.WithOwner("waiter"), fencelock.WithMetadata("host=w"))
 		waitQueueLen(t, rdb, b, name, 1)
 		if err := first.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -207,14 +214,7 @@ func TestQueueSkipsGoneWaiters(t *testing.T) {
 	}
 	live := fencelock.New(redisbackend.New(rdb))
 	defer live.Close()
-	got := make(chan *fencelock.Lock, 1)
-	go func() {
-		l, err := live.Obtain(ctx, name, fencelock.WithOwner("live"))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := obtainAsync(t, ctx, live, name, fencelock.WithOwner("live"))
 	waitQueueLen(t, rdb, b, name, 2)
 	time.Sleep(250 * time.Millisecond) // the dead waiter's place has run out
 	if err := first.Release(ctx); err != nil {
@@ -255,23 +255,9 @@ func TestQueueAfterExpiry(t *testing.T) {
 	w1, w2 := fencelock.New(redisbackend.New(rdb)), fencelock.New(redisbackend.New(rdb))
 	defer w1.Close()
 	defer w2.Close()
-	got1 := make(chan *fencelock.Lock, 1)
-	go func() {
-		l, err := w1.Obtain(ctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithOwner("first"))
-		if err != nil {
-			t.Error(err)
-		}
-		got1 <- l
-	}()
+	got1 := obtainAsync(t, ctx, w1, name, fencelock.WithTTL(10*time.Second), fencelock.WithOwner("first"))
 	waitQueueLen(t, rdb, b, name, 1)
-	got2 := make(chan *fencelock.Lock, 1)
-	go func() {
-		l, err := w2.Obtain(ctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithOwner("second"))
-		if err != nil {
-			t.Error(err)
-		}
-		got2 <- l
-	}()
+	got2 := obtainAsync(t, ctx, w2, name, fencelock.WithTTL(10*time.Second), fencelock.WithOwner("second"))
 	l1 := <-got1
 	if l1 == nil {
 		t.FailNow()
@@ -343,14 +329,7 @@ func TestHandOverWithReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *fencelock.Lock, 1)
-	go func() {
-		l, err := waiter.Obtain(ctx, name, fencelock.WithTTL(10*time.Second))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := obtainAsync(t, ctx, waiter, name, fencelock.WithTTL(10*time.Second))
 	waitQueueLen(t, rdb, b, name, 1)
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
