@@ -37,6 +37,7 @@ type config struct {
 	timeout           time.Duration
 	writeDocs         bool
 	docs              string
+	cpuProfile        string // file for a CPU profile of the whole run; none when empty
 	command           string // the command line, for the docs
 
 	log   io.Writer // progress; nothing is written when nil
@@ -100,6 +101,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.BoolVar(&c.pin, "pin", true, "pin the redis-server processes to CPU 0 and this program to CPU 1 (GOMAXPROCS 1), when there are 2 CPUs or more")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "stop the run after this long")
 	fs.BoolVar(&c.writeDocs, "write-docs", false, "write the results to docs/PERFORMANCE.md of the fencelock checkout (see -docs)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof); best with -contenders and -scenarios narrowed to what is studied")
 	fs.StringVar(&c.docs, "docs", "", "file -write-docs writes (default: docs/PERFORMANCE.md in the fencelock checkout that holds the working directory)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: go run ./bench [flags]   (from the fencelock checkout)

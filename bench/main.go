@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 )
 
@@ -60,6 +61,20 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		}
 	} else {
 		facts.pinning = "none (-pin=false)"
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			err = errors.Join(err, f.Close())
+		}()
 	}
 	rep := &report{cfg: cfg, facts: facts}
 	es := cfg.selected()
