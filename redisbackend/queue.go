@@ -41,16 +41,6 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, life.Milliseconds(), b.id}
 	start := time.Now()
 
-	// The first attempt goes before subscribing: a free lock costs one round trip.
-	sent := start
-	g, pttl, err := b.queueAttempt(ctx, req, keys, args)
-	if err != nil || g != nil {
-		if err != nil && !errors.Is(err, fencelock.ErrInvalid) {
-			b.leave(ctx, keys, req) // the attempt may have put it in line
-		}
-		return b.queued(ctx, req, g, start, sent, err)
-	}
-
 	member := req.Hold + "@" + req.Owner
 	granted := make(chan int64, 1)
 	w := releasewatch.NewWaiter()
@@ -70,14 +60,37 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 		return true
 	}
 	channel := b.Key(req.Name) + ":g:" + b.id
-	ready, err := b.watch.Add(ctx, channel, w)
-	defer b.watch.Remove(channel, w)
-	if err != nil {
-		b.leave(ctx, keys, req) // a grant after this return would hold the lock for no one
-		return fencelock.Grant{}, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, channel, err)
+	// A client that waited for this lock a moment ago is still subscribed: the waiter listens
+	// before its first attempt and needs no second one. Otherwise the first attempt goes before
+	// subscribing, so that a free lock costs one round trip and no subscription.
+	joined := b.watch.Join(channel, w)
+	if joined {
+		defer b.watch.Remove(channel, w)
 	}
-	subscribed := ready
-	timer := time.NewTimer(subscribeTimeout)
+	sent := start
+	g, pttl, err := b.queueAttempt(ctx, req, keys, args)
+	if err != nil || g != nil {
+		if err != nil && !errors.Is(err, fencelock.ErrInvalid) {
+			b.leave(ctx, keys, req) // the attempt may have put it in line
+		}
+		return b.queued(ctx, req, g, start, sent, err)
+	}
+
+	var subscribed <-chan struct{}
+	if !joined {
+		ready, err := b.watch.Add(ctx, channel, w)
+		defer b.watch.Remove(channel, w)
+		if err != nil {
+			b.leave(ctx, keys, req) // a grant after this return would hold the lock for no one
+			return fencelock.Grant{}, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, channel, err)
+		}
+		subscribed = ready
+	}
+	next := subscribeTimeout
+	if joined {
+		next = b.waitFor(life, pttl)
+	}
+	timer := time.NewTimer(next)
 	defer timer.Stop()
 	for {
 		select {
@@ -105,15 +118,19 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 			}
 			return b.queued(ctx, req, g, start, sent, err)
 		}
-		// Until a message comes: renew the place in line, or try when the holder's TTL ends.
-		next := life / 3
-		if pttl < 0 {
-			next = min(next, 50*time.Millisecond+rand.N(20*time.Millisecond))
-		} else if d := time.Duration(pttl)*time.Millisecond + rand.N(5*time.Millisecond); d < next {
-			next = d
-		}
-		timer.Reset(next)
+		timer.Reset(b.waitFor(life, pttl))
 	}
+}
+
+// waitFor returns how long a waiter waits for a message before its next attempt: it renews its
+// place in line (of the given life) in time, and tries when the holder's TTL (pttl, in ms)
+// ends, or soon when an earlier waiter is next for a free lock (pttl -1).
+func (b *Backend) waitFor(life time.Duration, pttl int64) time.Duration {
+	next := life / 3
+	if pttl < 0 {
+		return min(next, 50*time.Millisecond+rand.N(20*time.Millisecond))
+	}
+	return min(next, time.Duration(pttl)*time.Millisecond+rand.N(5*time.Millisecond))
 }
 
 // queueAttempt runs the queue script once: a grant, or the holder's PTTL in ms (-1 when an

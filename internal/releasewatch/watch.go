@@ -90,10 +90,7 @@ func (s *Set) Add(ctx context.Context, name string, w *Waiter) (<-chan struct{},
 		s.shards[key] = sh
 		go s.dispatch(sh)
 	} else if ch = sh.channels[name]; ch != nil {
-		if ch.idle != nil {
-			ch.idle.Stop() // if it fired already, expire sees the waiter and keeps the channel
-			ch.idle = nil
-		}
+		ch.keep()
 	} else {
 		ch = &channel{waiters: make(map[*Waiter]struct{}), ready: make(chan struct{})}
 		sh.channels[name] = ch
@@ -105,6 +102,33 @@ func (s *Set) Add(ctx context.Context, name string, w *Waiter) (<-chan struct{},
 	}
 	ch.waiters[w] = struct{}{}
 	return ch.ready, err
+}
+
+// Join registers w for name only if name is subscribed already and the server acknowledged it,
+// and says whether it did. A waiter that joins before it acts (queues for a lock) cannot miss a
+// message its action causes, and sends no subscription when there is none to share.
+func (s *Set) Join(name string, w *Waiter) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sh := s.shards[s.key(name)]
+	if sh == nil {
+		return false
+	}
+	ch := sh.channels[name]
+	if ch == nil || !ch.confirmed {
+		return false
+	}
+	ch.keep()
+	ch.waiters[w] = struct{}{}
+	return true
+}
+
+// keep stops the channel's idle timer; the caller adds a waiter with the Set locked.
+func (ch *channel) keep() {
+	if ch.idle != nil {
+		ch.idle.Stop() // if it fired already, expire sees the waiter and keeps the channel
+		ch.idle = nil
+	}
 }
 
 // Remove ends w's watch of name. A channel left without waiters stays subscribed for a short
