@@ -73,7 +73,9 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	answered := make([]bool, n)
 	var granted, held int
 	var failed []*NodeError
-	pending, err := fanOut(ctx, b, b.all, timeout, func(ctx context.Context, nd *node) (acquireReply, error) {
+	fl := b.flights.start(req.Name, req.Hold, n)
+	pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (acquireReply, error) {
+		defer b.flights.land(req.Name, req.Hold, fl, nd.i)
 		v, err := acquireScript.Run(ctx, nd.c, keys, req.Owner, req.Hold, ttl, req.Meta, proposal, retention).Slice()
 		if err != nil {
 			return acquireReply{}, err
@@ -97,6 +99,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		return held > n-q
 	})
 	if err != nil {
+		b.flights.forget(req.Name, req.Hold, fl) // no call was made
 		return fencelock.Grant{}, err
 	}
 	failed = append(failed, b.timedOut(ctx, pending)...)
@@ -112,18 +115,18 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		return idx
 	}
 	if ctx.Err() != nil {
-		b.undo(ctx, req, mayHold(), timeout)
+		b.undo(ctx, req, fl, mayHold(), timeout)
 		return fencelock.Grant{}, ctxErr("acquire", req.Name, ctx.Err())
 	}
 	if granted < q {
-		b.undo(ctx, req, mayHold(), timeout)
+		b.undo(ctx, req, fl, mayHold(), timeout)
 		if len(failed) > n-q {
 			return fencelock.Grant{}, &QuorumError{Op: "acquire", Name: req.Name, Granted: granted, Needed: q, Nodes: failed}
 		}
 		return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Remaining: b.heldRemaining(replies, answered, granted)}
 	}
 	if elapsed := time.Since(start); elapsed >= req.TTL-drift(req.TTL) {
-		b.undo(ctx, req, mayHold(), timeout)
+		b.undo(ctx, req, fl, mayHold(), timeout)
 		return fencelock.Grant{}, fmt.Errorf("%w: %q: a majority granted it after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
 	}
 
@@ -147,7 +150,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	if token == 0 {
 		token, err = b.fence(ctx, req, keys, replies, answered, timeout)
 		if err != nil {
-			b.undo(ctx, req, b.all, timeout)
+			b.undo(ctx, req, fl, b.all, timeout)
 			return fencelock.Grant{}, err
 		}
 	}
@@ -155,7 +158,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	elapsed := time.Since(start)
 	validity := req.TTL - elapsed - drift(req.TTL)
 	if validity <= 0 {
-		b.undo(ctx, req, b.all, timeout)
+		b.undo(ctx, req, fl, b.all, timeout)
 		return fencelock.Grant{}, fmt.Errorf("%w: %q: the token was written after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
 	}
 	return fencelock.Grant{Token: token, Count: count, Validity: validity}, nil
@@ -217,7 +220,7 @@ func (b *Backend) fence(ctx context.Context, req fencelock.Request, keys []strin
 		var written, conflicts int
 		var beyond int64
 		var failed []*NodeError
-		pending, err := fanOut(ctx, b, b.all, timeout, func(ctx context.Context, nd *node) (int64, error) {
+		pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (int64, error) {
 			v, err := fenceScript.Run(ctx, nd.c, keys, req.Owner, arg, retention).Int64Slice()
 			if err != nil {
 				return 0, err
@@ -265,15 +268,19 @@ func (b *Backend) fence(ctx context.Context, req fencelock.Request, keys []strin
 }
 
 // undo releases the hold of a failed acquisition on the nodes idx, on a fresh context bounded
-// by the node timeout, and waits until they answered or the timeout passed.
-func (b *Backend) undo(ctx context.Context, req fencelock.Request, idx []int, timeout time.Duration) {
+// by the node timeout, and waits until they answered or the timeout passed. On each node it
+// waits first for the acquire call of fl there.
+func (b *Backend) undo(ctx context.Context, req fencelock.Request, fl *flight, idx []int, timeout time.Duration) {
 	if len(idx) == 0 {
 		return
 	}
 	ctx, cancel := cleanupContext(ctx, timeout)
 	defer cancel()
 	keys := []string{b.Key(req.Name)}
-	_, _ = fanOut(ctx, b, idx, 0, func(ctx context.Context, nd *node) (struct{}, error) {
+	_, _ = fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
+		if err := fl.wait(ctx, nd.i); err != nil {
+			return struct{}{}, err
+		}
 		return struct{}{}, releaseScript.Run(ctx, nd.c, keys, req.Owner, req.Hold, nd.publish).Err()
 	}, func(reply[struct{}]) bool { return false })
 }

@@ -36,6 +36,7 @@ type Backend struct {
 	closed  bool
 	calls   sync.WaitGroup // node calls in flight, also those an operation stopped waiting for
 	workers *workers       // run the node calls
+	flights flights        // acquire calls that may still run after their Acquire returned
 
 	lastProposal atomic.Int64 // the last token proposed (see propose)
 }
@@ -268,15 +269,17 @@ type reply[T any] struct {
 // when ctx ends, with the nodes that had not answered then: their calls go on in the
 // background until their own timeout ends them, and Close waits for them.
 //
-// Once settle reports that the outcome is decided, fanOut waits for the other nodes only a
-// short grace more: as long as the decision took, at least graceMin, still handing their
-// replies to settle. On healthy nodes every reply arrives within it, so a call that follows
-// (a release after an acquisition) does not overtake one still in flight; a slow or stopped
-// node delays the outcome by the grace, not by the node timeout.
+// Once settle reports that the outcome is decided, an operation (wait decide) returns at once:
+// a slow or stopped node delays no outcome that a majority decided. The calls still running
+// are the caller's to order against: a release waits for the acquire call on the same node
+// (see flight). A read (wait read) waits a short grace more for the other nodes, as long as
+// the decision took and at least graceMin, still handing their replies to settle: a majority
+// of the nodes can lag an operation that returned, and a view of all of them shows its
+// outcome, while a slow or stopped node delays the view by the grace only.
 //
 // A node's error arrives classified: ErrNodeTimeout when the node timeout ended it, ctx.Err()
 // when ctx did, otherwise wrapped in fencelock.ErrUnavailable or fencelock.ErrInvalid.
-func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Duration,
+func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Duration, wait waiting,
 	call func(ctx context.Context, n *node) (T, error), settle func(r reply[T]) bool) (pending []int, err error) {
 	if err := b.enter(len(idx)); err != nil {
 		return nil, err
@@ -319,7 +322,10 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 		case r := <-ch:
 			got++
 			answered[r.node] = true
-			if settle(r) && !decided && got < len(idx) {
+			if settle(r) && got < len(idx) && !decided {
+				if wait == decide {
+					return unanswered(idx, answered), nil
+				}
 				decided = true
 				grace := time.NewTimer(max(time.Since(start), graceMin))
 				defer grace.Stop()
@@ -334,7 +340,15 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 	return nil, nil
 }
 
-// graceMin is the least fanOut waits for the other nodes once the outcome is decided.
+// waiting says how long fanOut waits once the outcome is decided.
+type waiting bool
+
+const (
+	decide waiting = false // not at all
+	read   waiting = true  // a grace for the other nodes
+)
+
+// graceMin is the least a read waits for the other nodes once its outcome is decided.
 const graceMin = 2 * time.Millisecond
 
 func unanswered(idx []int, answered []bool) []int {

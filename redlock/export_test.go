@@ -4,3 +4,8 @@ package redlock
 // alone: on one machine every node shares a clock, so only without it does a test show that
 // the counter's majority read and write keep tokens increasing by themselves.
 func WithoutClockTokens() Option { return func(b *Backend) { b.timeTokens = false } }
+
+// Settle waits until the node calls still running after their operations returned (an
+// operation returns once a majority decided) have ended, for tests that need every node to
+// show an operation's outcome. Nothing else may use the Backend meanwhile.
+func (b *Backend) Settle() { b.calls.Wait() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -355,5 +356,66 @@ func TestSlowNodesEatValidity(t *testing.T) {
 	}
 	if _, err := b.Release(ctx, fencelock.Lease{Name: "slow", Owner: "slow-owner", TTL: long}, ""); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// sendLate holds back the next command of a client for a while before it is sent, as a slow
+// link or a descheduled client would: the server sees it late.
+type sendLate struct {
+	armed atomic.Bool
+	by    time.Duration
+}
+
+func (h *sendLate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *sendLate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *sendLate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.armed.CompareAndSwap(true, false) {
+			time.Sleep(h.by)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// Acquire and Release return once a majority answered. A release must still not overtake the
+// acquire call on a node that answers late: the acquire would then land after it and leave
+// the key on that node, held for no one until its TTL ends.
+func TestReleaseWaitsForALateAcquireOnItsNode(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	_, as := startNodes(t, 5)
+	clients := dial(t, as)
+	direct := dial(t, as)
+	late := &sendLate{by: 500 * time.Millisecond}
+	clients[4].(*redis.Client).AddHook(late)
+	b := redlock.New(clients, redlock.WithNodeTimeout(2*time.Second))
+	defer b.Close()
+	req := fencelock.Request{Name: "late", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
+	// Warm up: scripts loaded and a connection per node, so that the calls below are one each.
+	if _, err := b.Acquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold); err != nil {
+		t.Fatal(err)
+	}
+
+	late.armed.Store(true)
+	req.Hold = "h2"
+	if _, err := b.Acquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := owners(direct, b.Key("late")); got[4] != "" || slices.Index(got, "o") < 0 {
+		t.Fatalf("owners right after Acquire returned: %q; want the majority without the late node", got)
+	}
+	left, err := b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
+	if err != nil || left != 0 {
+		t.Fatalf("release: %d, %v", left, err)
+	}
+	if err := b.Close(); err != nil { // waits for the calls still in flight
+		t.Fatal(err)
+	}
+	if got := owners(direct, b.Key("late")); !slices.Equal(got, make([]string, 5)) {
+		t.Fatalf("owners after the late node answered: %q; want none", got)
 	}
 }

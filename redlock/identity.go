@@ -63,7 +63,7 @@ func (b *Backend) identify(ctx context.Context, timeout time.Duration) error {
 			missing = append(missing, i)
 		}
 	}
-	_, err := fanOut(ctx, b, missing, timeout, func(ctx context.Context, nd *node) ([]string, error) {
+	_, err := fanOut(ctx, b, missing, timeout, decide, func(ctx context.Context, nd *node) ([]string, error) {
 		return runIDs(ctx, nd)
 	}, func(r reply[[]string]) bool {
 		if r.err == nil && len(r.v) > 0 {

@@ -60,7 +60,7 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 	infos := make([]nodeInfo, 0, len(b.nodes))
 	var failed []*NodeError
 	votes := make(map[string]int)
-	pending, err := fanOut(ctx, b, b.all, forceTimeout, func(ctx context.Context, nd *node) (nodeInfo, error) {
+	pending, err := fanOut(ctx, b, b.all, forceTimeout, read, func(ctx context.Context, nd *node) (nodeInfo, error) {
 		v, err := inspectScript.Run(ctx, nd.c, keys).Slice()
 		if err != nil {
 			return nodeInfo{}, err
@@ -143,7 +143,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, er
 	names := make(map[string]struct{})
 	var failed []*NodeError
 	scanned := 0
-	_, err := fanOut(ctx, b, b.all, 0, func(ctx context.Context, nd *node) ([]string, error) {
+	_, err := fanOut(ctx, b, b.all, 0, read, func(ctx context.Context, nd *node) ([]string, error) {
 		return b.scan(ctx, nd, match)
 	}, func(r reply[[]string]) bool {
 		if r.err != nil {

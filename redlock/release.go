@@ -10,8 +10,9 @@ import (
 )
 
 // Release implements fencelock.Backend. It ends the hold on every node at once, each bounded by
-// the node timeout, and returns once a majority answered (and the others a moment later, if
-// they are healthy). The count left is what a majority still
+// the node timeout, and returns once a majority answered; the calls to the other nodes go on
+// after it returns. On a node whose acquire call for this hold is still running, the release
+// waits for it first. The count left is what a majority still
 // holds: the quorum-th greatest count among the nodes. It is ErrNotHeld when a majority says
 // the owner does not hold the lock, and a *QuorumError when fewer than a majority answered.
 //
@@ -27,7 +28,11 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	counts := make([]int, n)
 	var answered, notHeld int
 	var failed []*NodeError
-	pending, err := fanOut(ctx, b, b.all, timeout, func(ctx context.Context, nd *node) (int64, error) {
+	fl := b.flights.get(lease.Name, hold)
+	pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (int64, error) {
+		if err := fl.wait(ctx, nd.i); err != nil {
+			return 0, err
+		}
 		return releaseScript.Run(ctx, nd.c, keys, lease.Owner, hold, nd.publish).Int64()
 	}, func(r reply[int64]) bool {
 		if r.err != nil {
@@ -39,7 +44,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 		if r.v < 0 {
 			notHeld++
 		}
-		return answered >= q // the rest only within fanOut's grace: a dead node does not delay it
+		return answered >= q // the rest go on after Release returns: a dead node does not delay it
 	})
 	if err != nil {
 		return 0, err
@@ -77,7 +82,7 @@ func (b *Backend) drop(ctx context.Context, name, owner string, idx []int, timeo
 	defer cancel()
 	keys := []string{b.Key(name)}
 	dropped := 0
-	_, _ = fanOut(ctx, b, idx, 0, func(ctx context.Context, nd *node) (int64, error) {
+	_, _ = fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (int64, error) {
 		return dropScript.Run(ctx, nd.c, keys, owner, nd.publish).Int64()
 	}, func(r reply[int64]) bool {
 		if r.err == nil && r.v == 1 {

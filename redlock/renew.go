@@ -72,7 +72,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	start := time.Now()
 	tallies := make([]renewTally, len(live))
 	undecided := len(live)
-	pending, err := fanOut(ctx, b, b.all, timeout, func(ctx context.Context, nd *node) ([]renewReply, error) {
+	pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) ([]renewReply, error) {
 		out := renewOn(ctx, nd.c, keys, args)
 		if err := ctx.Err(); err != nil {
 			return nil, err // the node timeout or ctx: fanOut tells which
@@ -182,7 +182,7 @@ func (b *Backend) retake(ctx context.Context, retake map[int][]int, live []int, 
 		idx = append(idx, i)
 	}
 	retention := b.retention
-	_, _ = fanOut(ctx, b, idx, 0, func(ctx context.Context, nd *node) (struct{}, error) {
+	_, _ = fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
 		ks := retake[nd.i]
 		keys := make([][]string, len(ks))
 		args := make([][]any, len(ks))

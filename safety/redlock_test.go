@@ -434,7 +434,7 @@ func TestRedlockTokensAcrossRandomMajorities(t *testing.T) {
 	fenceKey := procs[0].backend.Key(name) + ":fence"
 
 	var last, seed int64
-	violations := 0
+	violations, waited := 0, 0
 	majorities := make(map[[redlockN]bool]int)
 	for i := range n {
 		if i == n/2 {
@@ -449,6 +449,16 @@ func TestRedlockTokensAcrossRandomMajorities(t *testing.T) {
 		p := procs[i%2]
 		p.cut(perm[3:]...)
 		lock, err := redlockTry(ctx, p.locker, name, fencelock.WithTTL(10*time.Second), fencelock.WithWatchdog(false))
+		if errors.Is(err, fencelock.ErrNotObtained) {
+			// An operation returns once a majority decided, and its calls to the other nodes go
+			// on. A slow acquire call of the other process may land on a node that its next
+			// round then cuts off before the release that follows the call gets there: the
+			// node keeps that grant for its TTL. Wait it out.
+			waited++
+			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			lock, err = p.locker.Obtain(wctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithWatchdog(false))
+			cancel()
+		}
 		if err != nil {
 			t.Fatalf("acquisition %d on nodes %v: %v", i, perm[:3], err)
 		}
@@ -463,8 +473,8 @@ func TestRedlockTokensAcrossRandomMajorities(t *testing.T) {
 		}
 		p.restore(perm[3:]...)
 	}
-	t.Logf("%d acquisitions over %d distinct majorities: %d tokens not above every earlier one; counter seeded at %d, last token %d",
-		n, len(majorities), violations, seed, last)
+	t.Logf("%d acquisitions over %d distinct majorities: %d tokens not above every earlier one; counter seeded at %d, last token %d; %d waited for a node that a late call of the other process held",
+		n, len(majorities), violations, seed, last, waited)
 	record(outcome{Scenario: 9, Title: "token order across random majorities", Backend: redlockBackend,
 		Setting: "2 of 5 nodes cut per acquisition; halfway, a counter 10^12 µs ahead of the clock", Rounds: n, Unit: "acquisitions",
 		Note: fmt.Sprintf("%d tokens not above every earlier one; %d distinct majorities", violations, len(majorities))})
