@@ -75,6 +75,7 @@ type Backend struct {
 	retentionArg any    // the fence retention in ms, boxed once
 	lastTTL      atomic.Pointer[boxedTTL]
 	watch        *releasewatch.Set
+	pipe         pipeliner
 }
 
 var (
@@ -104,6 +105,17 @@ func WithReplicas(n int, timeout time.Duration) Option {
 	return func(b *Backend) { b.replicas, b.replicaTO = n, timeout }
 }
 
+// WithPipelining lets at most n acquire and release calls of the Backend go out on their own
+// at once; calls that arrive while n are in flight wait, and go out together as one pipeline
+// as soon as one of those returns. Many goroutines locking at once then share round trips,
+// and client and server spend far less CPU per call (about 40% and 20% less in the benchmark
+// of 32 goroutines, docs/PERFORMANCE.md), at the cost of a queued call waiting for a send to
+// end. A call still queued when its context ends returns the context's error and was never
+// sent; once in a batch, it waits for the batch's reply, which ends by the latest deadline in
+// the batch. Calls made with WithReplicas are never batched. Default: 0, every call on its
+// own.
+func WithPipelining(n int) Option { return func(b *Backend) { b.pipe.max = n } }
+
 // WithShardedPubSub chooses SPUBLISH/SSUBSCRIBE (Redis 7 sharded pub/sub) over
 // PUBLISH/SUBSCRIBE for release notifications. Default: on for a *redis.ClusterClient, where a
 // shard channel reaches only the shard of the lock, and off elsewhere, which works on any Redis
@@ -127,12 +139,15 @@ func New(c Client, opts ...Option) *Backend {
 		b.err = fmt.Errorf("%w: key prefix %q contains a brace, which would break the hash tag", fencelock.ErrInvalid, b.prefix)
 	case b.retention <= 0:
 		b.err = fmt.Errorf("%w: fence retention must be positive, got %v", fencelock.ErrInvalid, b.retention)
+	case b.pipe.max < 0:
+		b.err = fmt.Errorf("%w: pipelining %d: want 0 (off) or more", fencelock.ErrInvalid, b.pipe.max)
 	case b.replicas < 0 || (b.replicas > 0 && b.replicaTO <= 0):
 		b.err = fmt.Errorf("%w: replicas %d with timeout %v", fencelock.ErrInvalid, b.replicas, b.replicaTO)
 	}
 	b.retentionArg = b.retention.Milliseconds()
 	b.id = newID()
 	b.watch = releasewatch.New(c, b.sharded)
+	b.pipe.c = c
 	return b
 }
 
@@ -190,7 +205,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 			reply, _ = v.([]any)
 		}
 	} else {
-		reply, err = acquireScript.Run(ctx, b.c, keys, args...).Slice()
+		reply, err = b.pipe.run(ctx, acquireScript, keys, args...).Slice()
 	}
 	if err != nil {
 		return fencelock.Grant{}, classify(err)
@@ -356,7 +371,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	if b.sharded {
 		publish = "SPUBLISH"
 	}
-	n, err := releaseScript.Run(ctx, b.c, b.queueKeys(lease.Name), lease.Owner, hold, publish, b.retentionArg).Int64()
+	n, err := b.pipe.run(ctx, releaseScript, b.queueKeys(lease.Name), lease.Owner, hold, publish, b.retentionArg).Int64()
 	switch {
 	case err != nil:
 		return 0, classify(err)

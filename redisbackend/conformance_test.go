@@ -17,16 +17,22 @@ func TestConformance(t *testing.T) {
 	deployments := []struct {
 		name   string
 		client func(t *testing.T) redis.UniversalClient
+		opts   []redisbackend.Option
 	}{
-		{"single", func(t *testing.T) redis.UniversalClient { return testserver.StartRedis(t).ClientT(t) }},
-		{"cluster", func(t *testing.T) redis.UniversalClient { return testserver.StartCluster(t, 3).ClientT(t) }},
-		{"sentinel", func(t *testing.T) redis.UniversalClient { return testserver.StartSentinel(t).ClientT(t) }},
+		{"single", func(t *testing.T) redis.UniversalClient { return testserver.StartRedis(t).ClientT(t) }, nil},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return testserver.StartCluster(t, 3).ClientT(t) }, nil},
+		{"sentinel", func(t *testing.T) redis.UniversalClient { return testserver.StartSentinel(t).ClientT(t) }, nil},
+		// One slot: every call made while another is in flight goes out in a batch.
+		{"single-pipelined", func(t *testing.T) redis.UniversalClient { return testserver.StartRedis(t).ClientT(t) },
+			[]redisbackend.Option{redisbackend.WithPipelining(1)}},
+		{"cluster-pipelined", func(t *testing.T) redis.UniversalClient { return testserver.StartCluster(t, 3).ClientT(t) },
+			[]redisbackend.Option{redisbackend.WithPipelining(1)}},
 	}
 	for _, d := range deployments {
 		t.Run(d.name, func(t *testing.T) {
 			rdb := d.client(t)
 			fencelocktest.Run(t, fencelocktest.Target{
-				New: func(t *testing.T) fencelock.Backend { return redisbackend.New(rdb) },
+				New: func(t *testing.T) fencelock.Backend { return redisbackend.New(rdb, d.opts...) },
 				TTL: time.Second,
 				Drop: func(t *testing.T, name string) {
 					if err := rdb.Del(context.Background(), redisbackend.New(rdb).Key(name)).Err(); err != nil {

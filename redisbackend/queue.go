@@ -136,7 +136,7 @@ func (b *Backend) waitFor(life time.Duration, pttl int64) time.Duration {
 // queueAttempt runs the queue script once: a grant, or the holder's PTTL in ms (-1 when an
 // earlier waiter is next for a free lock).
 func (b *Backend) queueAttempt(ctx context.Context, req fencelock.Request, keys []string, args []any) (*fencelock.Grant, int64, error) {
-	reply, err := queueScript.Run(ctx, b.c, keys, args...).Slice()
+	reply, err := b.pipe.run(ctx, queueScript, keys, args...).Slice()
 	if err != nil {
 		return nil, 0, classify(err)
 	}
