@@ -52,7 +52,7 @@ func (s *scheduler) add(st *holdState) {
 	// Wake the loop only when the new lock needs it sooner than planned: a goroutine wake-up
 	// per Obtain would cost more than the Obtain itself.
 	st.mu.Lock()
-	first := st.renewAt.Add(-st.every / 8)
+	first := st.renewAt
 	if !st.watchdog || st.deadline.Before(first) {
 		first = st.deadline
 	}
@@ -130,18 +130,18 @@ func (s *scheduler) tick() time.Duration {
 		if !st.watchdog || st.renewQueued {
 			continue
 		}
-		// A lock falls due an eighth of an interval before its renewal time. When one does,
-		// every lock due within half an interval goes in the same batch: renewed together they
-		// stay together, so a client's renewals settle into a few batches per interval
-		// however many locks it holds.
+		// A lock falls due at its renewal time. When one does, every lock due within half an
+		// interval goes in the same batch: renewed together they stay together, so a client's
+		// renewals settle into a few batches per interval however many locks it holds, each
+		// lock renewed about once per interval.
 		left := renewAt.Sub(now)
 		if left <= every/2 {
 			due = append(due, st)
 		}
-		if left <= every/8 {
+		if left <= 0 {
 			anyDue = true
 		} else {
-			sleep = min(sleep, left-every/8)
+			sleep = min(sleep, left)
 		}
 	}
 	if anyDue {
