@@ -286,14 +286,19 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 	}
 	start := time.Now()
 	ch := make(chan reply[T], len(idx)) // buffered: a straggler never blocks
+	// One context bounds every node's call: the calls start together, and one timer is
+	// cheaper than one per node. The last call to return cancels it.
+	nctx, cancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
+		nctx, cancel = context.WithTimeout(ctx, timeout)
+	}
+	calls := &pendingCalls{cancel: cancel}
+	left := &calls.left
+	left.Store(int32(len(idx)))
 	for _, i := range idx {
 		n := b.nodes[i]
 		b.workers.run(func() {
 			defer b.calls.Done()
-			nctx, cancel := ctx, context.CancelFunc(func() {})
-			if timeout > 0 {
-				nctx, cancel = context.WithTimeout(ctx, timeout)
-			}
 			v, err := call(nctx, n)
 			if err != nil {
 				switch {
@@ -305,7 +310,9 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 					err = classifyOnce(err)
 				}
 			}
-			cancel()
+			if left.Add(-1) == 0 {
+				calls.cancel()
+			}
 			ch <- reply[T]{node: n.i, v: v, err: err}
 		})
 	}
@@ -338,6 +345,12 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 		}
 	}
 	return nil, nil
+}
+
+// pendingCalls counts the node calls of a fan-out still running; the last cancels their context.
+type pendingCalls struct {
+	left   atomic.Int32
+	cancel context.CancelFunc
 }
 
 // waiting says how long fanOut waits once the outcome is decided.

@@ -106,7 +106,8 @@ func TestRestartedNodeIsTakenBack(t *testing.T) {
 	servers, as := startNodes(t, 5)
 	clients := dial(t, as)
 	ttl := 600 * time.Millisecond
-	holder := newLocker(t, newBackend(t, clients, redlock.WithNodeTimeout(150*time.Millisecond)), fencelock.WithDefaults(fencelock.WithTTL(ttl)))
+	hb := newBackend(t, clients, redlock.WithNodeTimeout(150*time.Millisecond))
+	holder := newLocker(t, hb, fencelock.WithDefaults(fencelock.WithTTL(ttl)))
 	other := newLocker(t, newBackend(t, dial(t, as), redlock.WithNodeTimeout(150*time.Millisecond)), fencelock.WithDefaults(fencelock.WithTTL(ttl)))
 	key := redlock.New(clients).Key("restart")
 
@@ -136,7 +137,9 @@ func TestRestartedNodeIsTakenBack(t *testing.T) {
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Node 0's key knew no hold IDs; the release deleted it with the others.
+	// Node 0's key knew no hold IDs; the release deleted it with the others, at once or, had
+	// node 0 answered after the majority, in its own call.
+	hb.Settle()
 	if got := owners(clients, key); !slices.Equal(got, make([]string, 5)) {
 		t.Fatalf("owners after release: %q", got)
 	}
@@ -417,5 +420,39 @@ func TestReleaseWaitsForALateAcquireOnItsNode(t *testing.T) {
 	}
 	if got := owners(direct, b.Key("late")); !slices.Equal(got, make([]string, 5)) {
 		t.Fatalf("owners after the late node answered: %q; want none", got)
+	}
+}
+
+// A node that took a lock back after a restart knows no hold IDs, so releasing a hold there
+// leaves the key; once the majority has freed the lock, that node is cleared too, also when it
+// answers the release only after Release returned.
+func TestLateNodeThatKeepsTheLockIsCleared(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	_, as := startNodes(t, 5)
+	clients := dial(t, as)
+	direct := dial(t, as)
+	late := &sendLate{by: 300 * time.Millisecond}
+	clients[0].(*redis.Client).AddHook(late)
+	b := newBackend(t, clients, redlock.WithNodeTimeout(2*time.Second))
+	req := fencelock.Request{Name: "kept", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
+	if _, err := b.Acquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	b.Settle()
+	// Node 0's key as a take-back leaves it: owner, token and count, no hold IDs.
+	if err := direct[0].(*redis.Client).HDel(ctx, b.Key("kept"), "h:h1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	late.armed.Store(true)
+	left, err := b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
+	if err != nil || left != 0 {
+		t.Fatalf("release: %d, %v", left, err)
+	}
+	if got := owners(direct, b.Key("kept")); got[0] != "o" {
+		t.Fatalf("owners right after Release returned: %q; want node 0 not answered yet", got)
+	}
+	b.Settle()
+	if got := owners(direct, b.Key("kept")); !slices.Equal(got, make([]string, 5)) {
+		t.Fatalf("owners after node 0 answered: %q; want none", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -29,11 +30,17 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	var answered, notHeld int
 	var failed []*NodeError
 	fl := b.flights.get(lease.Name, hold)
+	tail := &releaseTail{kept: make([]bool, n)}
 	pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (int64, error) {
 		if err := fl.wait(ctx, nd.i); err != nil {
 			return 0, err
 		}
-		return releaseScript.Run(ctx, nd.c, keys, lease.Owner, hold, nd.publish).Int64()
+		v, err := releaseScript.Run(ctx, nd.c, keys, lease.Owner, hold, nd.publish).Int64()
+		if err == nil && v > 0 && tail.keeps(nd.i) {
+			// The majority decided the lock is free before this node answered.
+			_ = dropScript.Run(ctx, nd.c, keys, lease.Owner, nd.publish).Err()
+		}
+		return v, err
 	}, func(r reply[int64]) bool {
 		if r.err != nil {
 			failed = append(failed, b.nodeErr(r.node, r.err))
@@ -60,16 +67,52 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	sorted := slices.Clone(counts)
 	slices.SortFunc(sorted, func(a, b int) int { return b - a })
 	left := max(sorted[q-1], 0)
-	if left == 0 {
-		var stale []int
-		for i, c := range counts {
-			if c > 0 {
-				stale = append(stale, i)
-			}
-		}
+	if stale := tail.decide(left == 0); len(stale) > 0 {
 		b.drop(ctx, lease.Name, lease.Owner, stale, timeout)
 	}
 	return left, nil
+}
+
+// A releaseTail clears the nodes that still keep a lock for its owner once the majority has
+// freed it: a node that took the key back after a restart knows no hold IDs, so releasing a
+// hold there leaves its count. Release returns once a majority answered; a node that answers
+// later clears itself, in its own call, when the decision is known by then.
+type releaseTail struct {
+	mu      sync.Mutex
+	decided bool
+	free    bool   // decided: the lock is free by the majority
+	kept    []bool // by node: answered before the decision, still keeping the lock
+}
+
+// keeps is a node's answer that it still keeps the lock: true when the majority decided
+// already that the lock is free, so that the node should clear it; otherwise the node is
+// recorded for decide.
+func (t *releaseTail) keeps(i int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.decided {
+		return t.free
+	}
+	t.kept[i] = true
+	return false
+}
+
+// decide records the majority's decision and returns the nodes that answered before it and
+// still keep the lock, when it is free.
+func (t *releaseTail) decide(free bool) []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.decided, t.free = true, free
+	if !free {
+		return nil
+	}
+	var stale []int
+	for i, k := range t.kept {
+		if k {
+			stale = append(stale, i)
+		}
+	}
+	return stale
 }
 
 // drop deletes the lock on the nodes idx where owner holds it, on a fresh context bounded by
