@@ -88,7 +88,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 	}
 	next := subscribeTimeout
 	if joined {
-		next = b.waitFor(life, pttl)
+		next = waitFor(life, pttl)
 	}
 	timer := time.NewTimer(next)
 	defer timer.Stop()
@@ -118,14 +118,14 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 			}
 			return b.queued(ctx, req, g, start, sent, err)
 		}
-		timer.Reset(b.waitFor(life, pttl))
+		timer.Reset(waitFor(life, pttl))
 	}
 }
 
 // waitFor returns how long a waiter waits for a message before its next attempt: it renews its
 // place in line (of the given life) in time, and tries when the holder's TTL (pttl, in ms)
 // ends, or soon when an earlier waiter is next for a free lock (pttl -1).
-func (b *Backend) waitFor(life time.Duration, pttl int64) time.Duration {
+func waitFor(life time.Duration, pttl int64) time.Duration {
 	next := life / 3
 	if pttl < 0 {
 		return min(next, 50*time.Millisecond+rand.N(20*time.Millisecond))

@@ -295,6 +295,9 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 	calls := &pendingCalls{cancel: cancel}
 	left := &calls.left
 	left.Store(int32(len(idx)))
+	if len(idx) == 0 {
+		cancel()
+	}
 	for _, i := range idx {
 		n := b.nodes[i]
 		b.workers.run(func() {
