@@ -100,7 +100,6 @@ type linkConn struct {
 }
 
 func (c *linkConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
 	c.l.mu.Lock()
 	lose := c.l.loseReply != nil && bytes.Contains(p, c.l.loseReply)
 	if lose {
@@ -108,10 +107,11 @@ func (c *linkConn) Write(p []byte) (int, error) {
 	}
 	c.l.mu.Unlock()
 	if lose {
+		// Muted before the request goes out: a reply read before this would slip through.
 		c.muted.Store(true)
 		time.AfterFunc(replyLinger, func() { _ = c.Close() })
 	}
-	return n, err
+	return c.Conn.Write(p)
 }
 
 func (c *linkConn) Read(p []byte) (int, error) {
