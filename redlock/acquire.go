@@ -73,9 +73,12 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	answered := make([]bool, n)
 	var granted, held int
 	var failed []*NodeError
-	fl := b.flights.start(req.Name, req.Hold, n)
+	fl, prev := b.flights.start(req.Name, req.Owner, n)
 	pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (acquireReply, error) {
-		defer b.flights.land(req.Name, req.Hold, fl, nd.i)
+		defer b.flights.land(req.Name, req.Owner, fl, nd.i)
+		if err := prev.wait(ctx, nd.i); err != nil {
+			return acquireReply{}, err
+		}
 		v, err := acquireScript.Run(ctx, nd.c, keys, req.Owner, req.Hold, ttl, req.Meta, proposal, retention).Slice()
 		if err != nil {
 			return acquireReply{}, err
@@ -99,7 +102,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		return held > n-q
 	})
 	if err != nil {
-		b.flights.forget(req.Name, req.Hold, fl) // no call was made
+		b.flights.forget(req.Name, req.Owner, fl, prev) // no call was made
 		return fencelock.Grant{}, err
 	}
 	failed = append(failed, b.timedOut(ctx, pending)...)

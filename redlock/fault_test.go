@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -455,5 +456,49 @@ func TestLateNodeThatKeepsTheLockIsCleared(t *testing.T) {
 	b.Settle()
 	if got := owners(direct, b.Key("kept")); !slices.Equal(got, make([]string, 5)) {
 		t.Fatalf("owners after node 0 answered: %q; want none", got)
+	}
+}
+
+// A reentrant acquire that reaches a node before the owner's first acquire there waits for it:
+// otherwise it would create the key there with its own proposed token, one that was never
+// handed out, and the node would keep it for as long as the lock is held.
+func TestReentrantAcquireWaitsForTheFirstOnItsNode(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	_, as := startNodes(t, 5)
+	clients := dial(t, as)
+	direct := dial(t, as)
+	late := &sendLate{by: 300 * time.Millisecond}
+	clients[4].(*redis.Client).AddHook(late)
+	b := redlock.New(clients, redlock.WithNodeTimeout(2*time.Second))
+	defer b.Close()
+	warm := fencelock.Request{Name: "warm-up", Owner: "w", TTL: 10 * time.Second}
+	if _, err := b.Acquire(ctx, warm); err != nil { // identifies the nodes, loads the script
+		t.Fatal(err)
+	}
+	b.Settle()
+
+	late.armed.Store(true) // node 4's first acquire goes out 300 ms late
+	req := fencelock.Request{Name: "reentrant", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
+	first, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Hold = "h2"
+	inner, err := b.Acquire(ctx, req)
+	if err != nil || inner.Token != first.Token || inner.Count != 2 {
+		t.Fatalf("reentrant acquire: %+v, %v; want token %d, count 2", inner, err, first.Token)
+	}
+	b.Settle()
+	for i, c := range direct {
+		h, err := c.(*redis.Client).HGetAll(ctx, b.Key("reentrant")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h["owner"] != "o" || h["count"] != "2" || h["token"] != strconv.FormatInt(first.Token, 10) {
+			t.Fatalf("node %d: %v; want owner o, count 2, token %d", i, h, first.Token)
+		}
+	}
+	if info, err := b.Inspect(ctx, "reentrant"); err != nil || info.Token != first.Token || info.Count != 2 {
+		t.Fatalf("Inspect: %+v, %v", info, err)
 	}
 }

@@ -5,63 +5,75 @@ import (
 	"sync"
 )
 
-// A flight is the acquire calls of one hold, which may still be running after Acquire
-// returned: fanOut returns as soon as a majority decided. A release of the hold on a node waits
-// until that node's acquire call has returned, so that it cannot overtake it and leave the
-// key behind on the node until its TTL ends.
+// A flight is the acquire calls of one acquisition, which may still be running after Acquire
+// returned: fanOut returns as soon as a majority decided. The calls of one owner on one lock
+// keep their order node by node: a release waits, on each node, until the owner's last
+// acquire call there has returned, and an acquire (a reentrant one) waits for the owner's
+// acquire before it. Otherwise a release could overtake an acquire and leave the key behind
+// until its TTL ends, and a reentrant acquire could reach a node first and record its own
+// proposed token there instead of the one handed out.
 type flight struct {
 	landed []chan struct{} // by node: closed when the acquire call there has returned
 	left   int             // calls not landed yet; guarded by flights.mu
 }
 
-// flights are the flights of a Backend, by lock name and hold ID; a flight leaves the set when
-// its last call lands.
+// flights are the flights of a Backend, the last one per lock name and owner; a flight leaves
+// the set when its last call lands.
 type flights struct {
 	mu sync.Mutex
 	m  map[flightKey]*flight
 }
 
-type flightKey struct{ name, hold string }
+type flightKey struct{ name, owner string }
 
-// start records a flight of n calls for the hold.
-func (fs *flights) start(name, hold string, n int) *flight {
-	f := &flight{landed: make([]chan struct{}, n), left: n}
+// start records a flight of n calls for the owner, and returns it with the owner's flight
+// before it on this lock, if one is still in the air: each call of the new flight waits for
+// that flight's call on its node.
+func (fs *flights) start(name, owner string, n int) (f, prev *flight) {
+	f = &flight{landed: make([]chan struct{}, n), left: n}
 	for i := range f.landed {
 		f.landed[i] = make(chan struct{})
 	}
 	fs.mu.Lock()
+	defer fs.mu.Unlock()
 	if fs.m == nil {
 		fs.m = make(map[flightKey]*flight)
 	}
-	fs.m[flightKey{name, hold}] = f
-	fs.mu.Unlock()
-	return f
+	prev = fs.m[flightKey{name, owner}]
+	fs.m[flightKey{name, owner}] = f
+	return f, prev
 }
 
 // land marks the call on node i as returned.
-func (fs *flights) land(name, hold string, f *flight, i int) {
+func (fs *flights) land(name, owner string, f *flight, i int) {
 	close(f.landed[i])
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	if f.left--; f.left == 0 && fs.m[flightKey{name, hold}] == f {
-		delete(fs.m, flightKey{name, hold})
+	if f.left--; f.left == 0 && fs.m[flightKey{name, owner}] == f {
+		delete(fs.m, flightKey{name, owner})
 	}
 }
 
-// forget removes a flight whose calls were never made.
-func (fs *flights) forget(name, hold string, f *flight) {
+// forget removes a flight whose calls were never made; the flight before it, if any, is the
+// owner's last again.
+func (fs *flights) forget(name, owner string, f, prev *flight) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	if fs.m[flightKey{name, hold}] == f {
-		delete(fs.m, flightKey{name, hold})
+	if fs.m[flightKey{name, owner}] != f {
+		return
+	}
+	if prev != nil && prev.left > 0 {
+		fs.m[flightKey{name, owner}] = prev
+	} else {
+		delete(fs.m, flightKey{name, owner})
 	}
 }
 
-// get returns the hold's flight, or nil when all its calls have landed.
-func (fs *flights) get(name, hold string) *flight {
+// get returns the owner's last flight on the lock, or nil when all its calls have landed.
+func (fs *flights) get(name, owner string) *flight {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	return fs.m[flightKey{name, hold}]
+	return fs.m[flightKey{name, owner}]
 }
 
 // wait returns once the acquire call on node i has landed (at once for a nil flight), or with

@@ -12,7 +12,7 @@ import (
 
 // Release implements fencelock.Backend. It ends the hold on every node at once, each bounded by
 // the node timeout, and returns once a majority answered; the calls to the other nodes go on
-// after it returns. On a node whose acquire call for this hold is still running, the release
+// after it returns. On a node where an acquire call of the owner is still running, the release
 // waits for it first. The count left is what a majority still
 // holds: the quorum-th greatest count among the nodes. It is ErrNotHeld when a majority says
 // the owner does not hold the lock, and a *QuorumError when fewer than a majority answered.
@@ -29,7 +29,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	counts := make([]int, n)
 	var answered, notHeld int
 	var failed []*NodeError
-	fl := b.flights.get(lease.Name, hold)
+	fl := b.flights.get(lease.Name, lease.Owner)
 	tail := &releaseTail{kept: make([]bool, n)}
 	pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (int64, error) {
 		if err := fl.wait(ctx, nd.i); err != nil {
