@@ -184,12 +184,14 @@ func TestForceReleaseAndList(t *testing.T) {
 func TestNodesReadableBySingleNodeBackend(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	clients := dial(t, addrs)
-	c := newLocker(t, newBackend(t, clients))
+	b := newBackend(t, clients)
+	c := newLocker(t, b)
 	lock, err := c.Obtain(ctx, t.Name(), fencelock.WithMetadata("pid 7"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lock.Release(ctx)
+	b.Settle() // Obtain returned at the majority; the other nodes a moment later
 	for i, node := range clients {
 		info, err := redisbackend.New(node).Inspect(ctx, t.Name())
 		if err != nil || !info.Held || info.Owner != lock.Owner() || info.Token != lock.Token() || info.Meta != "pid 7" {

@@ -51,7 +51,11 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 		if r.v < 0 {
 			notHeld++
 		}
-		return answered >= q // the rest go on after Release returns: a dead node does not delay it
+		// Decided once the nodes still to answer cannot change the outcome: usually at the
+		// majority, since the nodes agree. They disagree while another client of the same
+		// owner re-enters the lock, and then Release waits for more of them. The rest go on
+		// after Release returns: a dead node does not delay it.
+		return decidedRelease(counts, n-answered-len(failed), notHeld, q)
 	})
 	if err != nil {
 		return 0, err
@@ -71,6 +75,28 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 		b.drop(ctx, lease.Name, lease.Owner, stale, timeout)
 	}
 	return left, nil
+}
+
+// decidedRelease says whether a release's outcome is known while unknown nodes have yet to
+// answer: whether a majority says the owner does not hold the lock, and the count left, the
+// quorum-th greatest count, are the same whatever they answer. counts holds 0 for the nodes
+// that have not answered.
+func decidedRelease(counts []int, unknown, notHeld, q int) bool {
+	if notHeld >= q {
+		return true
+	}
+	if notHeld+unknown >= q {
+		return false
+	}
+	sorted := slices.Clone(counts)
+	for i, c := range sorted {
+		sorted[i] = max(c, 0)
+	}
+	slices.SortFunc(sorted, func(a, b int) int { return b - a })
+	// The unknown nodes answering high would push the quorum-th greatest count up to the
+	// (quorum-unknown)-th greatest known one.
+	hi := q - 1 - unknown
+	return hi >= 0 && sorted[hi] == sorted[q-1]
 }
 
 // A releaseTail clears the nodes that still keep a lock for its owner once the majority has
