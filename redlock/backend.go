@@ -293,8 +293,7 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 		nctx, cancel = context.WithTimeout(ctx, timeout)
 	}
 	calls := &pendingCalls{cancel: cancel}
-	left := &calls.left
-	left.Store(int32(len(idx)))
+	calls.left.Store(int32(len(idx)))
 	if len(idx) == 0 {
 		cancel()
 	}
@@ -313,9 +312,7 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 					err = classifyOnce(err)
 				}
 			}
-			if left.Add(-1) == 0 {
-				calls.cancel()
-			}
+			calls.done()
 			ch <- reply[T]{node: n.i, v: v, err: err}
 		})
 	}
@@ -354,6 +351,13 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 type pendingCalls struct {
 	left   atomic.Int32
 	cancel context.CancelFunc
+}
+
+// done counts one call as returned.
+func (p *pendingCalls) done() {
+	if p.left.Add(-1) == 0 {
+		p.cancel()
+	}
 }
 
 // waiting says how long fanOut waits once the outcome is decided.

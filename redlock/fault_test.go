@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redlock"
 )
 
@@ -383,18 +384,24 @@ func (h *sendLate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// lateNode starts five nodes, and returns a Backend over them (node timeout 2s) whose client
+// to node k holds back its next command by the given time once the returned hook is armed,
+// and a client to each node that bypasses the hook.
+func lateNode(t *testing.T, k int, by time.Duration) (*redlock.Backend, []redisbackend.Client, *sendLate) {
+	t.Helper()
+	_, as := startNodes(t, 5)
+	clients := dial(t, as)
+	late := &sendLate{by: by}
+	clients[k].(*redis.Client).AddHook(late)
+	return newBackend(t, clients, redlock.WithNodeTimeout(2*time.Second)), dial(t, as), late
+}
+
 // Acquire and Release return once a majority answered. A release must still not overtake the
 // acquire call on a node that answers late: the acquire would then land after it and leave
 // the key on that node, held for no one until its TTL ends.
 func TestReleaseWaitsForALateAcquireOnItsNode(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
-	_, as := startNodes(t, 5)
-	clients := dial(t, as)
-	direct := dial(t, as)
-	late := &sendLate{by: 500 * time.Millisecond}
-	clients[4].(*redis.Client).AddHook(late)
-	b := redlock.New(clients, redlock.WithNodeTimeout(2*time.Second))
-	defer b.Close()
+	b, direct, late := lateNode(t, 4, 500*time.Millisecond)
 	req := fencelock.Request{Name: "late", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
 	// Warm up: scripts loaded and a connection per node, so that the calls below are one each.
 	if _, err := b.Acquire(ctx, req); err != nil {
@@ -430,12 +437,7 @@ func TestReleaseWaitsForALateAcquireOnItsNode(t *testing.T) {
 // answers the release only after Release returned.
 func TestLateNodeThatKeepsTheLockIsCleared(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
-	_, as := startNodes(t, 5)
-	clients := dial(t, as)
-	direct := dial(t, as)
-	late := &sendLate{by: 300 * time.Millisecond}
-	clients[0].(*redis.Client).AddHook(late)
-	b := newBackend(t, clients, redlock.WithNodeTimeout(2*time.Second))
+	b, direct, late := lateNode(t, 0, 300*time.Millisecond)
 	req := fencelock.Request{Name: "kept", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
 	if _, err := b.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
@@ -464,13 +466,7 @@ func TestLateNodeThatKeepsTheLockIsCleared(t *testing.T) {
 // handed out, and the node would keep it for as long as the lock is held.
 func TestReentrantAcquireWaitsForTheFirstOnItsNode(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
-	_, as := startNodes(t, 5)
-	clients := dial(t, as)
-	direct := dial(t, as)
-	late := &sendLate{by: 300 * time.Millisecond}
-	clients[4].(*redis.Client).AddHook(late)
-	b := redlock.New(clients, redlock.WithNodeTimeout(2*time.Second))
-	defer b.Close()
+	b, direct, late := lateNode(t, 4, 300*time.Millisecond)
 	warm := fencelock.Request{Name: "warm-up", Owner: "w", TTL: 10 * time.Second}
 	if _, err := b.Acquire(ctx, warm); err != nil { // identifies the nodes, loads the script
 		t.Fatal(err)
