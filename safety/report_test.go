@@ -93,7 +93,7 @@ func writeResults(path string, rows []outcome) error {
 		if _, err := fmt.Sscanf(line, "| %d |", &n); err != nil {
 			continue
 		}
-		if cells := strings.SplitN(line, "|", 4); len(cells) == 4 && !ran["|"+cells[1]+"|"+cells[2]+"|"] {
+		if cells := strings.SplitN(line, "|", 4); len(cells) == 4 && !ran[key(n, strings.TrimSpace(cells[2]))] {
 			lines[n] = append(lines[n], line)
 		}
 	}
