@@ -23,10 +23,21 @@ if pttl ~= -2 then
     return redis.error_reply('FENCELOCK the lock key holds a hash that fencelock did not write')
   end
 end
+if pttl == -2 then
+  -- Free (it expired, or was released with no one in line). With no one in line, the usual
+  -- case, the lock is the caller's at once.
+  if redis.call('EXISTS', KEYS[3]) == 0 then
+    local token, err = take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+    if not token then
+      return redis.error_reply(err)
+    end
+    return {1, token, 1}
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if pttl == -2 then
-  -- Free (it expired, or was released with no one in line): the first live waiter's turn.
+  -- The first live waiter's turn.
   local head
   while true do
     head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
