@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/testserver"
 )
 
 // TestTinyRun runs every scenario with tiny counts against real redis-server processes and
@@ -104,5 +106,47 @@ func TestJain(t *testing.T) {
 		if got := jain(c.counts); got != c.want {
 			t.Errorf("jain(%v) = %v, want %v", c.counts, got, c.want)
 		}
+	}
+}
+
+// TestFencingFloor checks that the fencing floor is the lock it stands for: a held name is
+// refused, a released one is free again, and each token is greater than the last, also when
+// the counter is ahead of the server clock.
+func TestFencingFloor(t *testing.T) {
+	r, err := testserver.NewRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	ctx := context.Background()
+	c := &fencingFloor{newFloor(newGoRedis(r.Addr))}
+	t.Cleanup(func() { _ = c.Close() })
+	var last int64
+	for i := 0; i < 50; i++ {
+		if i == 25 {
+			// A counter far ahead of the clock, as after the clock stepped back.
+			if err := c.f.rdb.Set(ctx, "{n}:fence", last+1_000_000_000_000, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			last += 1_000_000_000_000
+		}
+		h, err := c.TryObtain(ctx, "n")
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		tok := h.(*fencingFloorHeld).token
+		if tok <= last {
+			t.Fatalf("cycle %d: token %d after %d", i, tok, last)
+		}
+		last = tok
+		if _, err := c.TryObtain(ctx, "n"); !isErrHeld(err) {
+			t.Fatalf("cycle %d: second TryObtain on a held name: %v", i, err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.f.rdb.Exists(ctx, "{n}").Val(); n != 0 {
+		t.Fatalf("the lock key is left after the last release")
 	}
 }

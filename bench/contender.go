@@ -47,6 +47,9 @@ type Entry struct {
 	Setting string // "defaults", "retry 1ms"
 	// Floor marks the reference every ratio is taken against. Exactly one entry is the floor.
 	Floor bool
+	// Reference marks a recipe shown for scale beside the libraries, such as the fencing
+	// floor: it is never counted as the best peer.
+	Reference bool
 	// Waits says whether Obtain waits for a held lock. Settings that make one attempt only
 	// (a library's defaults, sometimes) are left out of the contention and handoff scenarios.
 	Waits bool
@@ -96,9 +99,9 @@ func entries() []*Entry {
 	return out
 }
 
-// rank orders libraries in tables: fencelock first after the floor, then the peers.
+// rank orders libraries in tables: the floors first, then fencelock, then the peers.
 func rank(lib string) int {
-	order := []string{"floor", "fencelock", "bsm/redislock", "redsync", "rueidislock", "go-zero"}
+	order := []string{"floor", "fencing floor", "fencelock", "bsm/redislock", "redsync", "rueidislock", "go-zero"}
 	if i := slices.Index(order, lib); i >= 0 {
 		return i
 	}

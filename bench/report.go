@@ -121,7 +121,7 @@ func (r *report) summary(sb *strings.Builder) {
 			if isFencelockDefault(row.entry) {
 				fl = row
 			}
-			if row.entry.Library == "fencelock" {
+			if row.entry.Library == "fencelock" || row.entry.Reference {
 				continue
 			}
 			if bestR == "" || rt < bestRatio {
@@ -150,6 +150,7 @@ func (r *report) summary(sb *strings.Builder) {
 				fl = row
 			case row.entry.Library == "fencelock" && row.entry.Nodes == 1:
 				piped = row
+			case row.entry.Reference:
 			case row.perSec > best:
 				best, bestL = row.perSec, row.entry.Label()
 			}
@@ -232,6 +233,32 @@ func (r *report) summary(sb *strings.Builder) {
 		return
 	}
 	table(sb, []string{"measure", "fencelock", "best peer", "target", ""}, rows)
+	r.fencingFloor(sb)
+}
+
+// fencingFloor says where the fencing floor (see fencingfloor.go) came out: what a fencing
+// token made by the server costs by itself, beside the targets.
+func (r *report) fencingFloor(sb *strings.Builder) {
+	var parts []string
+	for _, row := range r.latency {
+		if row.entry.Reference && len(r.latency) > 0 {
+			parts = append(parts, fmt.Sprintf("an uncontended p50 of %.2f× the floor's", float64(row.p50)/float64(r.latency[0].p50)))
+		}
+	}
+	for _, row := range r.throughput {
+		if row.entry.Reference && len(r.throughput) > 0 {
+			parts = append(parts, fmt.Sprintf("a throughput of %.2f× the floor's", row.perSec/r.throughput[0].perSec))
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	sb.WriteString("The fencing floor, the least work for a fencing token made by the server (one script; no hold\n" +
+		"count, reentrancy, waiting or watchdog; see Contenders), reached in this run:\n\n")
+	for _, p := range parts {
+		sb.WriteString("- " + p + "\n")
+	}
+	sb.WriteString("\n")
 }
 
 func (r *report) sections(sb *strings.Builder) {
