@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/testserver"
 )
 
 // Scenario is one run of the lock-set workload with paused workers.
@@ -65,7 +67,7 @@ func (sc Scenario) Run(ctx context.Context) (Result, error) {
 		}
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
+		if err := testserver.StartChild(cmd); err != nil {
 			return Result{}, err
 		}
 		mu.Lock()

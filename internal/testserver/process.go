@@ -91,17 +91,24 @@ func spawn(cmd *exec.Cmd) error {
 	return <-r.done
 }
 
+// StartChild starts cmd, a helper process of a test, so that it is killed when the test binary
+// dies, however it dies: a test that stops its helpers (SIGSTOP) and is then killed leaves
+// none behind.
+func StartChild(cmd *exec.Cmd) error {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	return spawn(cmd)
+}
+
 // runSpawned runs a short-lived command through the spawner and returns its
 // combined output, so it too dies with the test binary.
 func runSpawned(cmd *exec.Cmd) ([]byte, error) {
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	if err := spawn(cmd); err != nil {
+	if err := StartChild(cmd); err != nil {
 		return nil, err
 	}
 	err := cmd.Wait()

@@ -202,20 +202,40 @@ func TestNewRedisBadArgsReportsLog(t *testing.T) {
 // TestChildDiesWithTestBinary runs this test binary as a child that starts a
 // redis-server and is then SIGKILLed, and checks the server died with it.
 func TestChildDiesWithTestBinary(t *testing.T) {
-	if os.Getenv("TESTSERVER_ORPHAN_HELPER") == "1" {
-		r, err := NewRedis()
+	t.Parallel()
+	pid := orphanHelper(t, "redis")
+	assertProcessGone(t, pid)
+}
+
+// TestStoppedChildDiesWithTestBinary does the same with a helper process that
+// StartChild started and SIGSTOP stopped, as the safety suite stops its workers.
+func TestStoppedChildDiesWithTestBinary(t *testing.T) {
+	t.Parallel()
+	pid := orphanHelper(t, "stopped")
+	assertProcessGone(t, pid)
+}
+
+// orphanHelper runs this test binary as a helper that starts a child process of
+// the given kind and reports its PID, checks the child runs, SIGKILLs the
+// helper, and returns the child's PID. In the helper, it starts the child and
+// waits to be killed.
+func orphanHelper(t *testing.T, kind string) int {
+	if mode := os.Getenv("TESTSERVER_ORPHAN_HELPER"); mode != "" {
+		if mode != kind {
+			t.Skip("another helper's test")
+		}
+		pid, err := startOrphan(kind)
 		if err != nil {
 			fmt.Println("ERR", err)
 			os.Exit(1)
 		}
-		fmt.Println("PID", r.PID())
+		fmt.Println("PID", pid)
 		time.Sleep(time.Minute) // killed by the parent long before
 		os.Exit(0)
 	}
-	t.Parallel()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChildDiesWithTestBinary$", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
 	// The killed helper cannot remove its temp dir; put it where ours goes.
-	cmd.Env = append(os.Environ(), "TESTSERVER_ORPHAN_HELPER=1", "TMPDIR="+t.TempDir())
+	cmd.Env = append(os.Environ(), "TESTSERVER_ORPHAN_HELPER="+kind, "TMPDIR="+t.TempDir())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -237,13 +257,29 @@ func TestChildDiesWithTestBinary(t *testing.T) {
 		t.Fatalf("helper did not report a PID (%v)", sc.Err())
 	}
 	if !processAlive(pid) {
-		t.Fatalf("redis-server %d not running while its parent lives", pid)
+		t.Fatalf("%s child %d not running while its parent lives", kind, pid)
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	assertProcessGone(t, pid)
+	return pid
+}
+
+// startOrphan starts, in the helper, a redis-server or a stopped sleep.
+func startOrphan(kind string) (int, error) {
+	if kind == "redis" {
+		r, err := NewRedis()
+		if err != nil {
+			return 0, err
+		}
+		return r.PID(), nil
+	}
+	cmd := exec.Command("sleep", "60")
+	if err := StartChild(cmd); err != nil {
+		return 0, err
+	}
+	return cmd.Process.Pid, syscall.Kill(cmd.Process.Pid, syscall.SIGSTOP)
 }
 
 // assertProcessGone waits (bounded) for pid to be dead or a zombie.
