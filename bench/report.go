@@ -361,7 +361,11 @@ func (r *report) sections(sb *strings.Builder) {
 			"scripts (EVAL/EVALSHA) and commands by the server (INFO commandstats and stats; commands\n"+
 			"include those a script runs); CPU from the scheduler's count (schedstat) for this process\n"+
 			"and the server; memory per lock is the growth of the Go heap and stacks (after GC) and of the\n"+
-			"server's used_memory, divided by the number of locks.\n\n", w0.locks, w0.intervals, w0.interval)
+			"server's used_memory, divided by the number of locks. A library that renews in batches\n"+
+			"renews a whole batch at one moment, and the window may catch a batch once more or once less\n"+
+			"than the number of intervals: scripts and commands per interval can differ from one per\n"+
+			"lock by up to a batch's size ÷ %d.\n\n",
+			w0.locks, w0.intervals, w0.interval, w0.intervals)
 		var rows [][]string
 		for _, w := range r.watchdog {
 			rt := "–"
