@@ -75,6 +75,10 @@ type Request struct {
 	// Meta is what the holder publishes about itself for operators (fencelock status), kept
 	// with a first acquisition; empty when it publishes nothing.
 	Meta string
+	// Renewed says the Client renews the lock while it is held (the watchdog is on). A Queue
+	// may then hand the lock to a waiter for less than TTL, saying so in Grant.Validity: the
+	// first renewal extends it, and a waiter that died in line holds it only that long.
+	Renewed bool
 }
 
 // Lease names a held lock for renewal and release.

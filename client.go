@@ -177,7 +177,7 @@ func (c *Client) attempt(ctx, vctx context.Context, name, owner string, fresh bo
 		var buf [32]byte
 		hold = string(strconv.AppendUint(append(buf[:0], c.holdPrefix...), c.holdSeq.Add(1), 36))
 	}
-	req := Request{Name: name, Owner: owner, Hold: hold, TTL: s.ttl, Meta: s.meta}
+	req := Request{Name: name, Owner: owner, Hold: hold, TTL: s.ttl, Meta: s.meta, Renewed: !s.noWatchdog}
 	sent := c.now()
 	var g Grant
 	var err error
@@ -216,8 +216,10 @@ func (c *Client) grant(vctx context.Context, name, owner, hold string, s *settin
 		c.cleanup(Lease{Name: name, Owner: owner, TTL: s.ttl}, hold)
 		return nil, fmt.Errorf("%w: the grant of %q arrived %v after its validity had passed", ErrUnavailable, name, late)
 	}
-	// Renew well within the validity the backend vouched for, if that is the shorter.
-	every := min(s.renewEvery, validity/3)
+	// Renew at the configured interval, and the first time well within the validity the
+	// backend vouched for, if that is the shorter: a lock handed over for a short claim gets
+	// its whole TTL at its first renewal and is renewed at the usual pace afterwards.
+	every := s.renewEvery
 
 	c.mu.Lock()
 	if c.closed {
@@ -246,7 +248,7 @@ func (c *Client) grant(vctx context.Context, name, owner, hold string, s *settin
 		*st = holdState{
 			c: c, name: name, owner: owner, ttl: s.ttl, every: every,
 			watchdog: !s.noWatchdog, onLost: s.onLost, token: g.Token,
-			deadline: deadline, renewAt: sent.Add(every), refs: 1,
+			deadline: deadline, renewAt: sent.Add(min(every, validity/3)), refs: 1,
 			obtained: sent,
 		}
 		st.handles = st.handle0[:0]

@@ -294,3 +294,41 @@ func (c *countingBackend) Renew(ctx context.Context, leases []fencelock.Lease) [
 	c.renews.Add(1)
 	return c.Backend.Renew(ctx, leases)
 }
+
+// A backend may vouch for a grant for less than the TTL (a Redis hand-over lasts as long as a
+// place in line until the new holder renews it). The first renewal then comes within a third
+// of that validity, and the later ones at the configured interval, not at the short pace.
+func TestShortGrantValidityHastensOnlyTheFirstRenewal(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	var renewCalls atomic.Int64
+	rdb := singleClient(t)
+	short := &shortGrantBackend{countingBackend{Backend: redisbackend.New(rdb), renews: &renewCalls}}
+	c := fencelock.New(short)
+	defer c.Close()
+	const ttl = 900 * time.Millisecond // renewed every 300ms
+	l, err := c.TryObtain(ctx, lockName(t), fencelock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if err := l.Valid(); err != nil {
+		t.Fatalf("lost a lock whose first renewal had to come within 50ms: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The first renewal at about 50ms, then one every 300ms: 4 or 5 in 1.2s. At the pace of
+	// the short validity (every 50ms) it would be about 24.
+	if got := renewCalls.Load(); got < 2 || got > 8 {
+		t.Fatalf("%d renewals in 1.2s of a lock renewed every 300ms", got)
+	}
+}
+
+// shortGrantBackend vouches for every grant for 150ms only.
+type shortGrantBackend struct{ countingBackend }
+
+func (b *shortGrantBackend) Acquire(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+	g, err := b.Backend.Acquire(ctx, req)
+	g.Validity = 150 * time.Millisecond
+	return g, err
+}

@@ -25,10 +25,12 @@ const maxEntryLife = 5 * time.Second
 // hand-off costs no round trip after the release, and no other client hears of it.
 //
 // A place in line lives min(TTL, 5s) unless renewed; the waiter renews it a third of that
-// apart. A lock that expires rather than being released goes to the first live waiter at its
-// next attempt, made when the holder's TTL runs out. One attempt (Acquire, TryObtain) ignores
-// the line: it takes a free lock, and a lock is only free with waiters in line when its holder
-// let it expire.
+// apart. With the watchdog on (Request.Renewed), a release hands the lock over for that long
+// too, and Grant.Validity says so; the Client's first renewal extends it to the TTL. A lock
+// that expires rather than being released goes to the first live waiter at its next attempt,
+// made when the holder's TTL runs out. One attempt (Acquire, TryObtain) ignores the line: it
+// takes a free lock, and a lock is only free with waiters in line when its holder let it
+// expire.
 func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
 	if err := b.usable(req.Name); err != nil {
 		return fencelock.Grant{}, err
@@ -37,8 +39,16 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 		return fencelock.Grant{}, fmt.Errorf("%w: hold ID %q contains '@'", fencelock.ErrInvalid, req.Hold)
 	}
 	life := min(req.TTL, maxEntryLife)
+	// A release hands the lock over for as long as the place in line lives, when the watchdog
+	// renews it: a waiter that died since it last renewed its place keeps the lock from the
+	// others that long at most, not for its whole TTL. A live one's first renewal, a third of
+	// that later, extends it to its TTL. Without the watchdog it gets its TTL at once.
+	handed := req.TTL
+	if req.Renewed {
+		handed = life
+	}
 	keys := b.queueKeys(req.Name)
-	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, life.Milliseconds(), b.id}
+	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, life.Milliseconds(), b.id, handed.Milliseconds()}
 	start := time.Now()
 
 	member := req.Hold + "@" + req.Owner
@@ -95,7 +105,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 	for {
 		select {
 		case t := <-granted:
-			return b.queued(ctx, req, &fencelock.Grant{Token: t, Count: 1}, start, sent, nil)
+			return b.queued(ctx, req, &fencelock.Grant{Token: t, Count: 1, Validity: handed}, start, sent, nil)
 		case <-subscribed:
 			// Attempt again now that no grant can pass unseen.
 			subscribed = nil
@@ -107,7 +117,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 		}
 		select {
 		case t := <-granted:
-			return b.queued(ctx, req, &fencelock.Grant{Token: t, Count: 1}, start, sent, nil)
+			return b.queued(ctx, req, &fencelock.Grant{Token: t, Count: 1, Validity: handed}, start, sent, nil)
 		default:
 		}
 		sent = time.Now()
@@ -171,6 +181,8 @@ func (b *Backend) queued(ctx context.Context, req fencelock.Request, g *fenceloc
 			b.undo(ctx, req)
 			return fencelock.Grant{}, fmt.Errorf("%w: only %d of %d replicas acknowledged the lock within %v", fencelock.ErrUnavailable, acked, b.replicas, b.replicaTO)
 		}
+		// That renewal, sent after sent, gave a handed-over lock its whole TTL.
+		g.Validity = 0
 	}
 	return *g, nil
 }

@@ -2,10 +2,12 @@
 -- there) until a release hands the lock over.
 -- KEYS[1] the lock hash, KEYS[2] its fence counter,
 -- KEYS[3] the queue: a sorted set of waiters <hold id>@<owner>, scored in order of arrival,
--- KEYS[4] the waiters' entries: a hash <hold id>@<owner> -> '<deadline ms> <TTL ms> <client> <meta>'
+-- KEYS[4] the waiters' entries: a hash <hold id>@<owner> -> '<deadline ms> <TTL ms> <client> <meta>',
+-- where TTL is the one a release hands the lock over with (ARGV[8])
 -- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] TTL in ms, ARGV[4] fence counter retention in ms,
 -- ARGV[5] meta, ARGV[6] how long the entry lives without being renewed, in ms, ARGV[7] the ID
--- of the waiter's client, which hears of its grant on KEYS[1] .. ':g:' .. ARGV[7]
+-- of the waiter's client, which hears of its grant on KEYS[1] .. ':g:' .. ARGV[7], ARGV[8] the
+-- TTL in ms a release hands the lock to this waiter with (its holder's first renewal extends it)
 -- Returns {1, token, count} when the owner holds the lock after the call,
 --         {0, pttl} when it waits: the holder's PTTL, or -1 when the lock is free but an
 --         earlier waiter, still alive, is next.
@@ -69,7 +71,7 @@ if not redis.call('ZSCORE', KEYS[3], member) then
   local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
   redis.call('ZADD', KEYS[3], math.max(now, tonumber(last or '0') + 1), member)
 end
-redis.call('HSET', KEYS[4], member, (now + life) .. ' ' .. ARGV[3] .. ' ' .. ARGV[7] .. ' ' .. ARGV[5])
+redis.call('HSET', KEYS[4], member, (now + life) .. ' ' .. ARGV[8] .. ' ' .. ARGV[7] .. ' ' .. ARGV[5])
 -- The line outlives its longest-lived place, and no longer.
 for i = 3, 4 do
   if redis.call('PTTL', KEYS[i]) < life then

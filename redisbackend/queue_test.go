@@ -51,6 +51,57 @@ func obtainAsync(t *testing.T, ctx context.Context, c *fencelock.Client, name st
 	return got
 }
 
+// handOver has holder take name and release it while waiter waits for it, and returns the
+// waiter's lock, handed over by the release.
+func handOver(t *testing.T, ctx context.Context, rdb redis.UniversalClient, b *redisbackend.Backend, holder, waiter *fencelock.Client, name string, opts ...fencelock.Option) *fencelock.Lock {
+	t.Helper()
+	first, err := holder.Obtain(ctx, name, fencelock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := obtainAsync(t, ctx, waiter, name, opts...)
+	waitQueueLen(t, rdb, b, name, 1)
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	return l
+}
+
+// standDeadWaiter puts in line for name a waiter that then dies: a client waits with opts,
+// its place is read, the client is stopped (which takes its place out), and the place is put
+// back as a process that died would have left it: never to be renewed again.
+func standDeadWaiter(t *testing.T, ctx context.Context, rdb redis.UniversalClient, b *redisbackend.Backend, name string, opts ...fencelock.Option) {
+	t.Helper()
+	before := queueLen(t, rdb, b, name)
+	dead := fencelock.New(redisbackend.New(rdb))
+	deadCtx, kill := context.WithCancel(ctx)
+	deadDone := make(chan struct{})
+	go func() {
+		defer close(deadDone)
+		_, _ = dead.Obtain(deadCtx, name, opts...)
+	}()
+	waitQueueLen(t, rdb, b, name, before+1)
+	entries, err := rdb.HGetAll(ctx, b.Key(name)+":q:e").Result()
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("waiter entries %v %v", entries, err)
+	}
+	kill()
+	<-deadDone
+	dead.Close()
+	for member, e := range entries {
+		if err := rdb.ZAdd(ctx, b.Key(name)+":q", redis.Z{Score: 0, Member: member}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.HSet(ctx, b.Key(name)+":q:e", member, e).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // Waiters get the lock in the order they came, each handed it by the release before.
 func TestQueueIsFIFO(t *testing.T) {
 	for _, d := range []string{"single", "cluster"} {
@@ -156,6 +207,74 @@ func TestReleaseHandsOver(t *testing.T) {
 	}
 }
 
+// A release hands the lock over for as long as a place in line lives (min(TTL, 5s)): a waiter
+// that died since it last renewed its place holds it that long at most, not for its TTL. A
+// live waiter's watchdog extends it to its TTL at its first renewal; a waiter without a
+// watchdog gets its TTL at once.
+func TestHandOverLastsAPlaceUntilRenewed(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	b := redisbackend.New(rdb)
+	holder := fencelock.New(b)
+	defer holder.Close()
+	const ttl = 30 * time.Second
+	const life = 5 * time.Second // maxEntryLife
+
+	// A waiter that died in line a moment ago: its place, as its script wrote it, still lives.
+	name := "dead-waiter"
+	first, err := holder.Obtain(ctx, name, fencelock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	standDeadWaiter(t, ctx, rdb, b, name, fencelock.WithTTL(ttl), fencelock.WithOwner("dead"))
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := b.Inspect(ctx, name); err != nil || info.Owner != "dead" {
+		t.Fatalf("the release did not hand the lock to the dead waiter: %+v %v", info, err)
+	}
+	if pttl := rdb.PTTL(ctx, b.Key(name)).Val(); pttl <= 0 || pttl > life {
+		t.Fatalf("the dead waiter got the lock for %v, want at most %v", pttl, life)
+	}
+
+	// A live waiter: handed the lock for the life of its place, then renewed to its TTL.
+	// TTL 9s renews every 3s, so the first renewal, at most life/3 after the hand-over, is
+	// the one for the short hand-over.
+	name = "live-waiter"
+	waiter := fencelock.New(redisbackend.New(rdb))
+	defer waiter.Close()
+	l := handOver(t, ctx, rdb, b, holder, waiter, name, fencelock.WithTTL(9*time.Second))
+	if pttl := rdb.PTTL(ctx, b.Key(name)).Val(); pttl <= 0 || pttl > life {
+		t.Fatalf("the waiter was handed the lock for %v, want at most %v", pttl, life)
+	}
+	for deadline := time.Now().Add(life); ; time.Sleep(20 * time.Millisecond) {
+		if pttl := rdb.PTTL(ctx, b.Key(name)).Val(); pttl > life {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hand-over was not renewed to the TTL within %v (PTTL %v)", life, rdb.PTTL(ctx, b.Key(name)).Val())
+		}
+	}
+	if err := l.Valid(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without the watchdog, nobody renews: the hand-over gives the whole TTL.
+	name = "unwatched-waiter"
+	l = handOver(t, ctx, rdb, b, holder, waiter, name, fencelock.WithTTL(ttl), fencelock.WithWatchdog(false))
+	if pttl := rdb.PTTL(ctx, b.Key(name)).Val(); pttl <= life {
+		t.Fatalf("a waiter without a watchdog was handed the lock for %v, want its TTL %v", pttl, ttl)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A waiter that gives up leaves the line; a waiter that died in it (its place not renewed) is
 // passed over; with no live waiter left, the release frees the lock.
 func TestQueueSkipsGoneWaiters(t *testing.T) {
@@ -184,34 +303,9 @@ func TestQueueSkipsGoneWaiters(t *testing.T) {
 		t.Fatalf("the waiter that gave up is still in line (%d)", n)
 	}
 
-	// One dies in line: a process stopped for good never renews its place. It is stood in
-	// line here as its script would have, with a place that lives 200 ms.
-	dead := fencelock.New(redisbackend.New(rdb))
-	deadCtx, kill := context.WithCancel(ctx)
-	deadDone := make(chan struct{})
-	go func() {
-		defer close(deadDone)
-		_, _ = dead.Obtain(deadCtx, name, fencelock.WithTTL(200*time.Millisecond), fencelock.WithOwner("dead"))
-	}()
-	waitQueueLen(t, rdb, b, name, 1)
-	// Stop it, and put its place back as a process that died would have left it.
-	entry, err := rdb.HGetAll(ctx, b.Key(name)+":q:e").Result()
-	if err != nil || len(entry) != 1 {
-		t.Fatalf("waiter entries %v %v", entry, err)
-	}
-	member := ""
-	for m := range entry {
-		member = m
-	}
-	kill()
-	<-deadDone
-	dead.Close()
-	if err := rdb.ZAdd(ctx, b.Key(name)+":q", redis.Z{Score: 0, Member: member}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.HSet(ctx, b.Key(name)+":q:e", member, entry[member]).Err(); err != nil {
-		t.Fatal(err)
-	}
+	// One dies in line: a process stopped for good never renews its place. Its place lives
+	// 200 ms.
+	standDeadWaiter(t, ctx, rdb, b, name, fencelock.WithTTL(200*time.Millisecond), fencelock.WithOwner("dead"))
 	live := fencelock.New(redisbackend.New(rdb))
 	defer live.Close()
 	got := obtainAsync(t, ctx, live, name, fencelock.WithOwner("live"))
@@ -325,22 +419,14 @@ func TestHandOverWithReplicas(t *testing.T) {
 	defer holder.Close()
 	defer waiter.Close()
 	const name = "handover-replicas"
-	first, err := holder.Obtain(ctx, name, fencelock.WithTTL(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := obtainAsync(t, ctx, waiter, name, fencelock.WithTTL(10*time.Second))
-	waitQueueLen(t, rdb, b, name, 1)
-	if err := first.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l := <-got
-	if l == nil {
-		t.FailNow()
-	}
+	l := handOver(t, ctx, rdb, b, holder, waiter, name, fencelock.WithTTL(10*time.Second))
 	replica := s.Replica.ClientT(t)
 	if owner := replica.HGet(ctx, b.Key(name), "owner").Val(); owner != l.Owner() {
 		t.Fatalf("the replica names %q as the holder, want %q", owner, l.Owner())
+	}
+	// The renewal that the replica acknowledged gave the hand-over its whole TTL.
+	if pttl := replica.PTTL(ctx, b.Key(name)).Val(); pttl <= 5*time.Second {
+		t.Fatalf("the replica has the handed-over lock for %v, want its TTL", pttl)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
