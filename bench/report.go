@@ -237,16 +237,17 @@ func (r *report) summary(sb *strings.Builder) {
 }
 
 // fencingFloor says where the fencing floor (see fencingfloor.go) came out: what a fencing
-// token made by the server costs by itself, beside the targets.
+// token made by the server costs by itself, beside the targets. The floor's row is the first
+// of each scenario.
 func (r *report) fencingFloor(sb *strings.Builder) {
 	var parts []string
 	for _, row := range r.latency {
-		if row.entry.Reference && len(r.latency) > 0 {
+		if row.entry.Reference {
 			parts = append(parts, fmt.Sprintf("an uncontended p50 of %.2f× the floor's", float64(row.p50)/float64(r.latency[0].p50)))
 		}
 	}
 	for _, row := range r.throughput {
-		if row.entry.Reference && len(r.throughput) > 0 {
+		if row.entry.Reference {
 			parts = append(parts, fmt.Sprintf("a throughput of %.2f× the floor's", row.perSec/r.throughput[0].perSec))
 		}
 	}
