@@ -241,13 +241,24 @@ func TestHandOverLastsAPlaceUntilRenewed(t *testing.T) {
 
 	// A live waiter: handed the lock for the life of its place, then renewed to its TTL.
 	// TTL 9s renews every 3s, so the first renewal, at most life/3 after the hand-over, is
-	// the one for the short hand-over.
+	// the one for the short hand-over. A waiter whose own attempt, made right after it
+	// subscribed, meets the hand-over confirms the lock with its whole TTL instead; the rounds
+	// go on until the release's hand-over is the one the waiter has.
 	name = "live-waiter"
 	waiter := fencelock.New(redisbackend.New(rdb))
 	defer waiter.Close()
-	l := handOver(t, ctx, rdb, b, holder, waiter, name, fencelock.WithTTL(9*time.Second))
-	if pttl := rdb.PTTL(ctx, b.Key(name)).Val(); pttl <= 0 || pttl > life {
-		t.Fatalf("the waiter was handed the lock for %v, want at most %v", pttl, life)
+	var l *fencelock.Lock
+	for round := 1; ; round++ {
+		l = handOver(t, ctx, rdb, b, holder, waiter, name, fencelock.WithTTL(9*time.Second))
+		if pttl := rdb.PTTL(ctx, b.Key(name)).Val(); pttl > 0 && pttl <= life {
+			break
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if round == 20 {
+			t.Fatalf("in %d hand-overs the waiter never held the lock for at most %v", round, life)
+		}
 	}
 	for deadline := time.Now().Add(life); ; time.Sleep(20 * time.Millisecond) {
 		if pttl := rdb.PTTL(ctx, b.Key(name)).Val(); pttl > life {
