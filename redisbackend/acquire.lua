@@ -7,11 +7,7 @@
 --         {0, pttl} when another owner holds it.
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 then
-  local token, err = take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
-  if not token then
-    return redis.error_reply(err)
-  end
-  return {1, token, 1}
+  return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 end
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == ARGV[1] then

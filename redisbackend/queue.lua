@@ -29,11 +29,7 @@ if pttl == -2 then
   -- Free (it expired, or was released with no one in line). With no one in line, the usual
   -- case, the lock is the caller's at once.
   if redis.call('EXISTS', KEYS[3]) == 0 then
-    local token, err = take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
-    if not token then
-      return redis.error_reply(err)
-    end
-    return {1, token, 1}
+    return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
   end
 end
 local t = redis.call('TIME')
@@ -56,11 +52,7 @@ if pttl == -2 then
   if not head or head == member then
     redis.call('ZREM', KEYS[3], member)
     redis.call('HDEL', KEYS[4], member)
-    local token, err = take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
-    if not token then
-      return redis.error_reply(err)
-    end
-    return {1, token, 1}
+    return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
   end
   pttl = -1
 end

@@ -29,8 +29,8 @@ var (
 	forceBody string
 
 	// The scripts that give a lock to an owner share the functions of take.lua, reenter.lua
-	// and handover.lua; each script gets only those it calls, since a script defines its
-	// functions anew on every call.
+	// and handover.lua; each script gets only the fragments it calls, since a script defines
+	// its functions anew on every call.
 	acquireSrc    = takeSrc + reenterSrc + acquireBody
 	releaseSrc    = takeSrc + handoverSrc + releaseBody
 	acquireScript = redis.NewScript(acquireSrc)

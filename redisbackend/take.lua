@@ -21,3 +21,11 @@ local function take(lock, fence, owner, hold, ttl, retention, meta)
   return token
 end
 
+-- grant is take for a script's reply: {1, token, 1} when owner holds the lock, or the error.
+local function grant(lock, fence, owner, hold, ttl, retention, meta)
+  local token, err = take(lock, fence, owner, hold, ttl, retention, meta)
+  if not token then
+    return redis.error_reply(err)
+  end
+  return {1, token, 1}
+end
