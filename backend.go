@@ -41,7 +41,7 @@ type ReleaseWatcher interface {
 }
 
 // Queue is implemented by backends that keep waiters in a fair, first-come first-served queue
-// (etcd, ZooKeeper). Obtain then waits inside AcquireQueued instead of retrying Acquire.
+// (Redis, etcd, ZooKeeper). Obtain then waits inside AcquireQueued instead of retrying Acquire.
 type Queue interface {
 	// AcquireQueued takes the lock like Acquire, but when another owner holds it, joins the
 	// queue of waiters and returns once req holds the lock. When ctx ends first, it leaves the
@@ -88,25 +88,46 @@ type Lease struct {
 	TTL   time.Duration
 }
 
-// Grant is what a successful Acquire returns.
+// Grant is what a successful Acquire or AcquireQueued returns.
+//
+// # What a validity is measured from
+//
+// The Client trusts a grant until
+//
+//	start + Elapsed + v − drift(v),  v = Validity when 0 < Validity < TTL, else TTL,
+//
+// where start is its clock reading just before it called the backend and drift(v) is its
+// allowance for clocks that run at different rates (1% of v plus 2 ms). A backend therefore
+// says: "the store keeps this lock at least v after the moment start+Elapsed", and that moment
+// must be one the store's grant is known to follow — the send of the request that made the
+// grant, or of a later request that found it still in place. A backend never subtracts drift
+// or its own round trips from Validity: counting from a send covers the round trip, and the
+// Client alone subtracts drift. A grant the backend learns of late (a message, a watch event)
+// is counted from a send it can show came before the grant, or confirmed by a new request and
+// counted from that one.
 type Grant struct {
 	// Token is the fencing token of the lock. Reentrant acquisitions return the token of the
-	// holder's first acquisition.
+	// holder's first acquisition, so that the owner and the token name one lock in the store:
+	// a grant with the owner's token is another hold of the lock the Client holds already, and
+	// one with a greater token is a new lock — the earlier one was lost.
 	Token int64
 	// Count is the hold count after this acquisition.
 	Count int
-	// Validity, when positive, is how long after the request was sent the backend vouches for
-	// the lock, when that is less than the TTL (a quorum backend subtracts the time it took).
+	// Validity, when positive and below the TTL, is how long after start+Elapsed the store
+	// keeps the lock (see above): a queued grant handed over for a short claim, a lease whose
+	// last keep-alive came before the request.
 	Validity time.Duration
-	// Elapsed is how long after the call the request that confirmed the grant was sent: a
-	// queued acquisition waits before its lock is confirmed, and Validity counts from then.
+	// Elapsed is how long after the call began the request was sent that Validity counts
+	// from: zero for a grant made by the call's only request, the time spent in line for a
+	// queued one.
 	Elapsed time.Duration
 }
 
 // Renewal is the outcome of renewing one lease.
 type Renewal struct {
-	// Validity, when positive, is how long after the renewal was sent the backend vouches for
-	// the lock, when that is less than the lease's TTL.
+	// Validity, when positive and below the lease's TTL, is how long after the Renew call
+	// began the store keeps the lock, measured as for Grant.Validity; zero means the lease's
+	// TTL from then.
 	Validity time.Duration
 	// Err is nil when renewed; it matches ErrNotHeld when the owner no longer holds the lock
 	// (the lock is lost); any other error means the outcome is unknown, and the Client tries

@@ -81,6 +81,10 @@ func TestSentinelFailoverAfterMasterKilled(t *testing.T) {
 	if err := fc.Set(ctx, "before", "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
+	// Replication is asynchronous: without WAIT the kill can beat the write to the replica.
+	if n, err := fc.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 = %d, %v", n, err)
+	}
 	if err := s.Master.Kill(); err != nil {
 		t.Fatal(err)
 	}
