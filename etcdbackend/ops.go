@@ -99,9 +99,10 @@ func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold strin
 			return 0, fmt.Errorf("%w: %q is not held by this owner in etcd", fencelock.ErrNotHeld, lease.Name)
 		}
 		kv := kvs[0]
-		h, err := decodeHolds(kv.Value)
-		if err != nil {
-			return 0, err
+		// Not err: the rewrite below must set the err that the top of the loop reads.
+		h, derr := decodeHolds(kv.Value)
+		if derr != nil {
+			return 0, derr
 		}
 		if !h.has(hold) {
 			return len(h), nil // released already: a retry
