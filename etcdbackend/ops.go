@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
@@ -147,11 +148,21 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 	info.Owner = strings.TrimPrefix(string(kv.Key), pfx)
 	info.Count = len(h)
 	info.Token = kv.CreateRevision
-	if m, err := b.c.Get(ctx, b.metaKey(name, info.Owner)); err == nil && len(m.Kvs) > 0 {
+	m, err := b.c.Get(ctx, b.metaKey(name, info.Owner))
+	if err != nil {
+		return info, classify(fmt.Errorf("reading the metadata of %q: %w", name, err))
+	}
+	if len(m.Kvs) > 0 {
 		info.Meta = string(m.Kvs[0].Value)
 	}
 	if kv.Lease != 0 {
-		if ttl, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && ttl.TTL > 0 {
+		ttl, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			// The lease ended after the read: the key is going with it.
+		case err != nil:
+			return info, classify(fmt.Errorf("reading the lease of %q: %w", name, err))
+		case ttl.TTL > 0:
 			info.Remaining = time.Duration(ttl.TTL) * time.Second
 		}
 	}
