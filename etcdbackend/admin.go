@@ -30,13 +30,12 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, er
 	seen := map[string]bool{}
 	var out []fencelock.Info
 	for _, kv := range resp.Kvs {
-		rest := strings.TrimPrefix(string(kv.Key), b.prefix)
-		i := strings.LastIndexByte(rest, '/')
-		if i < 0 {
-			continue
-		}
-		name, err := url.PathUnescape(rest[:i])
-		if err != nil || seen[name] || !strings.HasPrefix(name, prefix) {
+		// An escaped name has no "/": the name ends at the first one, and the owner ID, which
+		// may have some, follows. What does not escape back to itself is no queue's (the
+		// metadata keys).
+		escaped, _, found := strings.Cut(strings.TrimPrefix(string(kv.Key), b.prefix), "/")
+		name, err := url.PathUnescape(escaped)
+		if !found || err != nil || url.PathEscape(name) != escaped || seen[name] || !strings.HasPrefix(name, prefix) {
 			continue
 		}
 		seen[name] = true

@@ -93,9 +93,10 @@ func (b *Backend) queuePrefix(name string) string {
 func (b *Backend) Key(name, owner string) string { return b.queuePrefix(name) + owner }
 
 // metaKey is where owner's published metadata for the lock name is kept: beside the queue,
-// not in it, on the same lease.
+// not in it, on the same lease. It starts with "!", which PathEscape escapes in every name,
+// so that no lock's queue prefix is a prefix of it, whatever the Backend's prefix ends with.
 func (b *Backend) metaKey(name, owner string) string {
-	return strings.TrimSuffix(b.prefix, "/") + ".meta/" + url.PathEscape(name) + "/" + owner
+	return b.prefix + "!meta/" + url.PathEscape(name) + "/" + owner
 }
 
 // Guard returns a comparison that holds only while lock is still held: its key exists with the

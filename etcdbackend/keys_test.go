@@ -1,0 +1,62 @@
+package etcdbackend_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/etcdbackend"
+)
+
+// With a prefix that does not end in a slash, the metadata keys still stay out of every
+// lock's queue. They used to sit in the queue of a lock named ".meta": that lock looked held,
+// and Inspect of it failed on keys it could not read.
+func TestPrefixWithoutSlash(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	b, _ := newBackend(t, etcd, etcdbackend.WithPrefix("/noslash"))
+	c := newLocker(t, b)
+	x, err := c.Obtain(ctx, "x", fencelock.WithMetadata("host=a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release(ctx)
+	m, err := c.TryObtain(ctx, ".meta")
+	if err != nil {
+		t.Fatalf("TryObtain(.meta) while only x is held: %v", err)
+	}
+	defer m.Release(ctx)
+	if info, err := c.Inspect(ctx, ".meta"); err != nil || info.Owner != m.Owner() {
+		t.Fatalf("Inspect(.meta): %+v %v", info, err)
+	}
+	infos, err := b.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, i := range infos {
+		got[i.Name] = i.Meta
+	}
+	if len(got) != 2 || got["x"] != "host=a" || got[".meta"] != "" {
+		t.Fatalf("List: %+v", infos)
+	}
+}
+
+// List finds a lock whose owner ID contains a slash. It used to take the name for everything
+// before the key's last slash, and missed the lock.
+func TestListOwnerWithSlash(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	b, _ := newBackend(t, etcd)
+	const name, owner = "slash-owner/x", "team/worker-1"
+	lock, err := newLocker(t, b).Obtain(ctx, name, fencelock.WithOwner(owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	infos, err := b.List(ctx, "slash-owner/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 || infos[0].Name != name || infos[0].Owner != owner || !infos[0].Held {
+		t.Fatalf("List(slash-owner/) = %+v", infos)
+	}
+}
