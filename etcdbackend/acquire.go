@@ -76,18 +76,18 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 	if resp.Succeeded {
 		rev := resp.Header.Revision
 		if len(holderKVs) > 0 && holderKVs[0].CreateRevision == rev {
-			return b.granted(s, rev, 1, start, sent), nil
+			return b.granted(ctx, req.Name, s.id, rev, 1, start, sent)
 		}
 		if !queue {
 			b.leave(ctx, key, b.metaKey(req.Name, req.Owner), rev)
 			return fencelock.Grant{}, held(req.Name)
 		}
-		sent, err := b.waitTurn(ctx, s, pfx, key, rev)
+		sent, err := b.waitTurn(ctx, s.done, pfx, key, rev)
 		if err != nil {
 			b.leave(ctx, key, b.metaKey(req.Name, req.Owner), rev)
 			return fencelock.Grant{}, err
 		}
-		return b.granted(s, rev, 1, start, sent), nil
+		return b.granted(ctx, req.Name, s.id, rev, 1, start, sent)
 	}
 
 	// The owner has a key already: a reentrant acquisition, or the retry of one whose outcome
@@ -103,22 +103,26 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 		if !queue {
 			return fencelock.Grant{}, held(req.Name)
 		}
-		if sent, err = b.waitTurn(ctx, s, pfx, key, mine[0].CreateRevision); err != nil {
+		ended := b.leaseEnded(clientv3.LeaseID(mine[0].Lease))
+		if sent, err = b.waitTurn(ctx, ended, pfx, key, mine[0].CreateRevision); err != nil {
 			return fencelock.Grant{}, err
 		}
 	}
-	return b.reenter(ctx, s, key, mine[0], req.Hold, start, sent)
+	return b.reenter(ctx, req, key, mine[0], start, sent)
 }
 
-// reenter adds hold to the owner's key, unless a retried acquisition added it already.
-func (b *Backend) reenter(ctx context.Context, s *session, key string, kv *mvccpb.KeyValue, hold string, start, sent time.Time) (fencelock.Grant, error) {
+// reenter adds req's hold to the owner's key, unless a retried acquisition added it already.
+// The key stays on the lease it was made with, which may be of another TTL, or another
+// Backend's: the grant's validity is that lease's.
+func (b *Backend) reenter(ctx context.Context, req fencelock.Request, key string, kv *mvccpb.KeyValue, start, sent time.Time) (fencelock.Grant, error) {
+	hold := req.Hold
 	for {
 		h, err := decodeHolds(kv.Value)
 		if err != nil {
 			return fencelock.Grant{}, err
 		}
 		if h.has(hold) {
-			return b.granted(s, kv.CreateRevision, len(h), start, sent), nil
+			return b.granted(ctx, req.Name, clientv3.LeaseID(kv.Lease), kv.CreateRevision, len(h), start, sent)
 		}
 		h = append(h, hold)
 		sent = time.Now()
@@ -132,7 +136,7 @@ func (b *Backend) reenter(ctx context.Context, s *session, key string, kv *mvccp
 			return fencelock.Grant{}, classify(err)
 		}
 		if resp.Succeeded {
-			return b.granted(s, kv.CreateRevision, len(h), start, sent), nil
+			return b.granted(ctx, req.Name, clientv3.LeaseID(kv.Lease), kv.CreateRevision, len(h), start, sent)
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || kvs[0].CreateRevision != kv.CreateRevision {
@@ -142,8 +146,17 @@ func (b *Backend) reenter(ctx context.Context, s *session, key string, kv *mvccp
 	}
 }
 
-func (b *Backend) granted(s *session, rev int64, count int, start, sent time.Time) fencelock.Grant {
-	return fencelock.Grant{Token: rev, Count: count, Validity: max(s.validity(sent), time.Nanosecond), Elapsed: sent.Sub(start)}
+// granted is the grant of a lock whose key is on lease and was made or found in place by the
+// request sent at sent: the store keeps it while the lease lives.
+func (b *Backend) granted(ctx context.Context, name string, lease clientv3.LeaseID, rev int64, count int, start, sent time.Time) (fencelock.Grant, error) {
+	until, err := b.leaseUntil(ctx, name, lease)
+	if err != nil {
+		return fencelock.Grant{}, err
+	}
+	if !until.After(sent) {
+		return fencelock.Grant{}, fmt.Errorf("%w: nothing vouches for the lease of %q beyond the grant", fencelock.ErrUnavailable, name)
+	}
+	return fencelock.Grant{Token: rev, Count: count, Validity: until.Sub(sent), Elapsed: sent.Sub(start)}, nil
 }
 
 // held is the error for a lock held by another owner. It leaves the holder's remaining TTL
@@ -162,7 +175,8 @@ func (b *Backend) leave(ctx context.Context, key, metaKey string, rev int64) {
 
 // waitTurn waits until no key of the queue was created before the waiter's, watching only the
 // key just before it. It returns when the read that found no predecessor was sent.
-func (b *Backend) waitTurn(ctx context.Context, s *session, pfx, key string, rev int64) (time.Time, error) {
+// ended closes when the lease of the waiter's key is known to be gone.
+func (b *Backend) waitTurn(ctx context.Context, ended <-chan struct{}, pfx, key string, rev int64) (time.Time, error) {
 	for {
 		sent := time.Now()
 		resp, err := b.c.Txn(ctx).Then(
@@ -179,7 +193,7 @@ func (b *Backend) waitTurn(ctx context.Context, s *session, pfx, key string, rev
 		if len(preds) == 0 {
 			return sent, nil
 		}
-		if err := b.waitDelete(ctx, s, string(preds[0].Key), resp.Header.Revision); err != nil {
+		if err := b.waitDelete(ctx, ended, string(preds[0].Key), resp.Header.Revision); err != nil {
 			return sent, err
 		}
 	}
@@ -193,7 +207,7 @@ func (b *Backend) waitTurn(ctx context.Context, s *session, pfx, key string, rev
 // a release. Starting at seen+1 is not enough on a busy cluster, where other writes move the
 // revision on between the read and the watch. A deletion between the read and the watch's
 // creation is caught by reading the key again once the watch exists.
-func (b *Backend) waitDelete(ctx context.Context, s *session, key string, seen int64) error {
+func (b *Backend) waitDelete(ctx context.Context, ended <-chan struct{}, key string, seen int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := b.c.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
@@ -217,7 +231,7 @@ func (b *Backend) waitDelete(ctx context.Context, s *session, key string, seen i
 					return nil
 				}
 			}
-		case <-s.done:
+		case <-ended:
 			return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
 		case <-ctx.Done():
 			return ctx.Err()

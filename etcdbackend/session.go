@@ -142,6 +142,13 @@ func (s *session) expired() bool {
 	}
 }
 
+// until is a time before which the lease does not expire.
+func (s *session) until() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.validUntil
+}
+
 // validity is how long after t the lease is known to live.
 func (s *session) validity(t time.Time) time.Duration {
 	s.mu.Lock()
@@ -168,6 +175,42 @@ func (s *session) revoke() error {
 		return nil
 	}
 	return err
+}
+
+// leaseUntil returns a time before which lease id does not expire, on this process's
+// monotonic clock, for the lock name's messages. For a lease this Backend keeps alive, it is
+// what the last keep-alive vouched for. For any other — granted by another Backend (a key
+// that a holder with the same owner made there), or one of this Backend's that its
+// keep-alives no longer vouch for — it is what etcd reports left of the lease, in whole
+// seconds rounded down, counted from when the question was sent: this Backend does not
+// extend such a lease, and claims no more of it than is left.
+func (b *Backend) leaseUntil(ctx context.Context, name string, id clientv3.LeaseID) (time.Time, error) {
+	if id == 0 {
+		return time.Time{}, fmt.Errorf("%w: the key of %q has no lease: fencelock did not write it", fencelock.ErrInvalid, name)
+	}
+	if s := b.sessionOf(id); s != nil && !s.expired() {
+		return s.until(), nil
+	}
+	asked := time.Now()
+	resp, err := b.c.TimeToLive(ctx, id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound), err == nil && resp.TTL < 0:
+		return time.Time{}, fmt.Errorf("%w: the lease of %q expired", fencelock.ErrNotHeld, name)
+	case err != nil:
+		return time.Time{}, classify(fmt.Errorf("reading the lease of %q: %w", name, err))
+	case resp.TTL == 0:
+		return time.Time{}, fmt.Errorf("%w: the lease of %q has less than a second left, and this Backend does not keep it alive", fencelock.ErrUnavailable, name)
+	}
+	return asked.Add(time.Duration(resp.TTL) * time.Second), nil
+}
+
+// leaseEnded returns a channel closed when lease id is known to be gone: its session's, when
+// this Backend keeps it alive; for another's, one that never closes.
+func (b *Backend) leaseEnded(id clientv3.LeaseID) <-chan struct{} {
+	if s := b.sessionOf(id); s != nil {
+		return s.done
+	}
+	return nil
 }
 
 // sessionOf returns the session that owns lease id, if this Backend granted it.
