@@ -30,9 +30,16 @@ func (b *Backend) acquire(ctx context.Context, req fencelock.Request, queue bool
 		return fencelock.Grant{}, err
 	}
 	start := time.Now()
+	// The retry of an acquisition whose outcome was lost may find its key in place, with its
+	// hold, and take it back: no release owed of that hold may run meanwhile, or after.
+	suspended, err := b.suspend(ctx, req)
+	if err != nil {
+		return fencelock.Grant{}, err
+	}
 	for attempt := 0; ; attempt++ {
 		s, err := b.session(ctx, req.TTL)
 		if err != nil {
+			b.resume(suspended)
 			return fencelock.Grant{}, err
 		}
 		g, err := b.enqueue(ctx, s, req, queue, start)
@@ -40,6 +47,9 @@ func (b *Backend) acquire(ctx context.Context, req fencelock.Request, queue bool
 			// The lease expired between the lookup and the put: take a new one.
 			b.dropSession(s)
 			continue
+		}
+		if err != nil {
+			b.resume(suspended)
 		}
 		return g, err
 	}
@@ -79,12 +89,12 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 			return b.granted(ctx, req.Name, s.id, rev, 1, start, sent)
 		}
 		if !queue {
-			b.leave(ctx, key, b.metaKey(req.Name, req.Owner), rev)
+			b.leave(ctx, req, rev)
 			return fencelock.Grant{}, held(req.Name)
 		}
 		sent, err := b.waitTurn(ctx, s.done, pfx, key, rev)
 		if err != nil {
-			b.leave(ctx, key, b.metaKey(req.Name, req.Owner), rev)
+			b.leave(ctx, req, rev)
 			return fencelock.Grant{}, err
 		}
 		return b.granted(ctx, req.Name, s.id, rev, 1, start, sent)
@@ -163,14 +173,18 @@ func (b *Backend) granted(ctx context.Context, name string, lease clientv3.Lease
 // unknown: finding it would cost another round trip, and Obtain waits in the queue instead.
 func held(name string) error { return &fencelock.HeldError{Name: name} }
 
-// leave deletes a waiter's key and metadata, on a fresh context: the caller's may be what
-// ended the wait.
-func (b *Backend) leave(ctx context.Context, key, metaKey string, rev int64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	if err := b.deleteWaiter(ctx, key, metaKey, rev); err != nil {
-		b.owe(owed{key: key, metaKey: metaKey, rev: rev})
+// leave takes a waiter's hold, in the key made at rev, out of line: under ctx while it lasts,
+// else, or when that fails, by the settler at once, so that the caller returns by its deadline.
+func (b *Backend) leave(ctx context.Context, req fencelock.Request, rev int64) {
+	lease := fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}
+	if ctx.Err() == nil {
+		_, err := b.release(ctx, lease, req.Hold, rev)
+		if err == nil || errors.Is(err, fencelock.ErrNotHeld) || errors.Is(err, fencelock.ErrInvalid) {
+			return
+		}
 	}
+	b.owe(owed{lease: lease, hold: req.Hold, rev: rev})
+	b.settleSoon()
 }
 
 // waitTurn waits until no key of the queue was created before the waiter's, watching only the

@@ -26,12 +26,14 @@ type Backend struct {
 	ctx    context.Context // ends on Close; the sessions' keep-alives run under it
 	cancel context.CancelFunc
 
-	mu       sync.Mutex // guards sessions, owed, settling and closed
-	sessions map[int]*session
-	owed     []owed
-	settling bool           // a goroutine is settling what is owed
-	settlers sync.WaitGroup // that goroutine, waited for by Close
-	closed   bool
+	mu          sync.Mutex // guards sessions, owed, settling, settlingNow, settled and closed
+	sessions    map[int]*session
+	owed        []owed
+	settling    bool           // a goroutine is settling what is owed
+	settlingNow *owed          // the release it is making
+	settled     chan struct{}  // closed when it has made that one
+	settlers    sync.WaitGroup // that goroutine, waited for by Close
+	closed      bool
 }
 
 var (

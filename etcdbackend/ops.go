@@ -87,20 +87,22 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
 	}
-	n, err := b.release(ctx, lease, hold)
+	n, err := b.release(ctx, lease, hold, 0)
 	if err != nil && !errors.Is(err, fencelock.ErrNotHeld) && !errors.Is(err, fencelock.ErrInvalid) {
-		b.owe(owed{release: true, lease: lease, hold: hold})
+		b.owe(owed{lease: lease, hold: hold})
 	}
 	return n, err
 }
 
-func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
-	key, metaKey := b.Key(lease.Name, lease.Owner), b.metaKey(lease.Name, lease.Owner)
-	resp, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(key), "=", holds{hold}.encode())).
-		Then(clientv3.OpDelete(key), clientv3.OpDelete(metaKey)).
-		Else(clientv3.OpGet(key)).
-		Commit()
+// release takes hold out of the owner's key, the key made at revision rev when rev is not 0.
+func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold string, rev int64) (int, error) {
+	key := b.Key(lease.Name, lease.Owner)
+	deleteKey := []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(b.metaKey(lease.Name, lease.Owner))}
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", holds{hold}.encode())}
+	if rev != 0 {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", rev))
+	}
+	resp, err := b.c.Txn(ctx).If(cmps...).Then(deleteKey...).Else(clientv3.OpGet(key)).Commit()
 	for {
 		if err != nil {
 			return 0, classify(err)
@@ -109,7 +111,7 @@ func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold strin
 			return 0, nil
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 {
+		if len(kvs) == 0 || (rev != 0 && kvs[0].CreateRevision != rev) {
 			return 0, fmt.Errorf("%w: %q is not held by this owner in etcd", fencelock.ErrNotHeld, lease.Name)
 		}
 		kv := kvs[0]
@@ -122,7 +124,7 @@ func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold strin
 			return len(h), nil // released already: a retry
 		}
 		rest := h.without(hold)
-		ops := []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(metaKey)}
+		ops := deleteKey
 		if len(rest) > 0 {
 			ops = []clientv3.Op{clientv3.OpPut(key, rest.encode(), clientv3.WithIgnoreLease())}
 		}

@@ -5,23 +5,32 @@ import (
 	"errors"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/fencelock/fencelock"
 )
 
-// owed is a deletion this Backend could not confirm: a release whose outcome is unknown (a
-// timeout, a cut connection, an election), or a waiter's key it could not take out of line.
-// Its key sits on a lease the Backend keeps alive, so left alone it would hold the lock, or a
-// place at the head of the line, for no one until the Backend closed. Every keep-alive of a
-// lease retries what is owed until it is done.
+// settleTimeout bounds one attempt of the settler. It runs in the background, under the
+// Backend's context, and Close waits for it.
+const settleTimeout = 2 * time.Second
+
+// owed is a release of one hold that this Backend could not confirm: a release whose outcome
+// is unknown (a timeout, a cut connection, an election), or a waiter's leaving the line, which
+// failed or came after the caller's deadline. Its key sits on a lease the Backend keeps alive,
+// so left alone it would hold the lock, or a place in line, for no one until the Backend
+// closed. The settler retries what is owed at every keep-alive until it is done.
+//
+// An acquisition of the same hold — the retry of one whose outcome was lost; no other
+// acquisition has its hold ID — takes what is owed of that hold out of the settler's hands
+// while it runs (suspend), and, once granted, the hold is its holder's again and what was owed
+// is void. So owed work never touches a key that a later grant adopted. Holds of other
+// acquisitions in the same key are left alone: a release takes out its own hold only.
 type owed struct {
-	release bool
-	lease   fencelock.Lease // a release: of hold, by lease.Owner
-	hold    string
-	key     string // a waiter's key, and the create revision it had
-	metaKey string
-	rev     int64
+	lease fencelock.Lease // the lock and the owner whose key holds hold
+	hold  string
+	rev   int64 // the create revision of that key, when known; 0: whichever key the owner has
+}
+
+func (o owed) of(req fencelock.Request) bool {
+	return o.lease.Name == req.Name && o.lease.Owner == req.Owner && o.hold == req.Hold
 }
 
 func (b *Backend) owe(o owed) {
@@ -30,9 +39,51 @@ func (b *Backend) owe(o owed) {
 	b.owed = append(b.owed, o)
 }
 
-// settleSoon retries what is owed on a goroutine of its own, one at a time, so that the
-// keep-alive that calls it is never held up.
-func (b *Backend) settleSoon(ctx context.Context) {
+// suspend takes the releases owed of req's hold away from the settler, waiting for one it is
+// making now, for an acquisition of that hold. The caller gives them back with resume unless
+// the acquisition is granted.
+func (b *Backend) suspend(ctx context.Context, req fencelock.Request) ([]owed, error) {
+	var taken []owed
+	for {
+		b.mu.Lock()
+		kept := b.owed[:0]
+		for _, o := range b.owed {
+			if o.of(req) {
+				taken = append(taken, o)
+			} else {
+				kept = append(kept, o)
+			}
+		}
+		b.owed = kept
+		var busy <-chan struct{}
+		if b.settlingNow != nil && b.settlingNow.of(req) {
+			busy = b.settled
+		}
+		b.mu.Unlock()
+		if busy == nil {
+			return taken, nil
+		}
+		select {
+		case <-busy: // done, or owed again: look again
+		case <-ctx.Done():
+			b.resume(taken)
+			return nil, classify(ctx.Err())
+		}
+	}
+}
+
+func (b *Backend) resume(taken []owed) {
+	if len(taken) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.owed = append(b.owed, taken...)
+}
+
+// settleSoon retries what is owed on a goroutine of its own, so that the keep-alive or the
+// call that asks for it is never held up.
+func (b *Backend) settleSoon() {
 	b.mu.Lock()
 	if len(b.owed) == 0 || b.settling || b.closed {
 		b.mu.Unlock()
@@ -43,51 +94,48 @@ func (b *Backend) settleSoon(ctx context.Context) {
 	b.mu.Unlock()
 	go func() {
 		defer b.settlers.Done()
-		b.settle(ctx)
+		b.settle(b.ctx)
 		b.mu.Lock()
 		b.settling = false
 		b.mu.Unlock()
 	}()
 }
 
-// settle retries what is owed and keeps what still fails for the next call.
+// settle tries each release owed once, one at a time, and keeps what still fails for the next
+// keep-alive.
 func (b *Backend) settle(ctx context.Context) {
 	b.mu.Lock()
-	todo := b.owed
-	b.owed = nil
+	n := len(b.owed)
 	b.mu.Unlock()
-	if len(todo) == 0 {
-		return
-	}
-	var keep []owed
-	for _, o := range todo {
-		octx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		var err error
-		if o.release {
-			_, err = b.release(octx, o.lease, o.hold)
-			if errors.Is(err, fencelock.ErrNotHeld) || errors.Is(err, fencelock.ErrInvalid) {
-				err = nil // gone already: its lease ended, or an earlier attempt did it
-			}
-		} else {
-			err = b.deleteWaiter(octx, o.key, o.metaKey, o.rev)
+	for range n {
+		o, ok := b.nextOwed()
+		if !ok {
+			return
 		}
+		octx, cancel := context.WithTimeout(ctx, settleTimeout)
+		_, err := b.release(octx, o.lease, o.hold, o.rev)
 		cancel()
-		if err != nil {
-			keep = append(keep, o)
-		}
-	}
-	if len(keep) > 0 {
+		// Not held: its lease ended, or an earlier attempt did it.
+		done := err == nil || errors.Is(err, fencelock.ErrNotHeld) || errors.Is(err, fencelock.ErrInvalid)
 		b.mu.Lock()
-		b.owed = append(b.owed, keep...)
+		if !done {
+			b.owed = append(b.owed, o)
+		}
+		b.settlingNow = nil
+		close(b.settled)
 		b.mu.Unlock()
 	}
 }
 
-// deleteWaiter deletes a waiter's key and metadata if the key is still the one made at rev.
-func (b *Backend) deleteWaiter(ctx context.Context, key, metaKey string, rev int64) error {
-	_, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpDelete(key), clientv3.OpDelete(metaKey)).
-		Commit()
-	return err
+// nextOwed takes the first release owed and marks it as the one being made.
+func (b *Backend) nextOwed() (owed, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.owed) == 0 {
+		return owed{}, false
+	}
+	o := b.owed[0]
+	b.owed = b.owed[1:]
+	b.settlingNow, b.settled = &o, make(chan struct{})
+	return o, true
 }

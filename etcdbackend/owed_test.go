@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/internal/testserver"
@@ -55,4 +57,141 @@ func TestUnconfirmedReleaseIsRetried(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// A create whose reply was lost, then a cleanup that failed: the Backend owes the key's
+// release. The retry of the same acquisition takes the key back, and the owed release must
+// then never run: it used to delete the key at the next keep-alive, under its live holder.
+func TestOwedReleaseSparesAdoptedKey(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	b, f := newFaultyBackend(t, etcd)
+	_, cli := newBackend(t, etcd)
+	const name = "owed-adopted"
+	req := fencelock.Request{Name: name, Owner: "owner-adopted", TTL: 2 * time.Second}
+	lease := fencelock.Lease{Name: name, Owner: req.Owner, TTL: req.TTL}
+
+	f.others(fail)     // the settler stays off until the retry has taken the key back
+	f.plan(lose, fail) // the create's reply is lost; the cleanup never reaches etcd
+	if _, err := b.AcquireQueued(planned(ctx), req); !errors.Is(err, fencelock.ErrUnavailable) {
+		t.Fatalf("a create whose reply was lost: %v", err)
+	}
+	if _, err := b.Release(planned(ctx), lease, req.Hold); !errors.Is(err, fencelock.ErrUnavailable) {
+		t.Fatalf("a cleanup that never reached etcd: %v", err)
+	}
+	adoptedStays(t, b, f, cli, req)
+}
+
+// The same for a waiter whose read failed, whose leaving the line failed, and whose cleanup
+// failed: it reaches the head, and its retry takes the key back. The owed leave used to
+// delete it.
+func TestOwedLeaveSparesAdoptedKey(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	hb, cli := newBackend(t, etcd)
+	const name = "owed-leave-adopted"
+	hreq := fencelock.Request{Name: name, Owner: "holder", TTL: 2 * time.Second}
+	if _, err := hb.Acquire(ctx, hreq); err != nil {
+		t.Fatal(err)
+	}
+	b, f := newFaultyBackend(t, etcd)
+	req := fencelock.Request{Name: name, Owner: "waiter-adopted", TTL: 2 * time.Second}
+	lease := fencelock.Lease{Name: name, Owner: req.Owner, TTL: req.TTL}
+
+	f.others(fail)
+	f.plan(pass, fail, fail) // joins the line; its read fails, and so does its leaving
+	if _, err := b.AcquireQueued(planned(ctx), req); !errors.Is(err, fencelock.ErrUnavailable) {
+		t.Fatalf("a waiter whose read failed: %v", err)
+	}
+	f.plan(fail)
+	if _, err := b.Release(planned(ctx), lease, req.Hold); !errors.Is(err, fencelock.ErrUnavailable) {
+		t.Fatalf("a cleanup that never reached etcd: %v", err)
+	}
+	if _, err := hb.Release(ctx, fencelock.Lease{Name: name, Owner: hreq.Owner, TTL: hreq.TTL}, ""); err != nil {
+		t.Fatal(err)
+	}
+	adoptedStays(t, b, f, cli, req)
+}
+
+// adoptedStays retries req, which must take back the key an earlier attempt left, lets the
+// settler run, and checks that the key stays while its holder holds it: through several
+// keep-alives, with another owner kept out.
+func adoptedStays(t *testing.T, b *etcdbackend.Backend, f *faults, cli *clientv3.Client, req fencelock.Request) {
+	t.Helper()
+	ctx := bounded(t, 20*time.Second)
+	key := b.Key(req.Name, req.Owner)
+	left, err := cli.Get(ctx, key)
+	if err != nil || len(left.Kvs) != 1 {
+		t.Fatalf("the failed attempt left no key: %v", err)
+	}
+	created := left.Kvs[0].CreateRevision
+	g, err := b.AcquireQueued(planned(ctx), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Token != created {
+		t.Fatalf("the retry got token %d, not the key the failed attempt made at %d", g.Token, created)
+	}
+	taken := time.Now()
+	f.others(pass)
+	other, _ := newBackend(t, etcd)
+	for time.Since(taken) < 3*time.Second { // the lease is 2s: a keep-alive every 667ms
+		resp, err := cli.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != created {
+			t.Fatalf("the key the retry took back was deleted %v later, under its holder", time.Since(taken).Round(time.Millisecond))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err = other.Acquire(ctx, fencelock.Request{Name: req.Name, Owner: "other", TTL: 2 * time.Second})
+	if held := (*fencelock.HeldError)(nil); !errors.As(err, &held) {
+		t.Fatalf("another owner's attempt on the held lock: %v", err)
+	}
+}
+
+// The same, when the retry comes with a hold of its own (an owner given with WithOwner, or a
+// reentrant context): it joins the key the failed waiter left, and the owed leave must take
+// out the failed waiter's hold alone. It used to delete the key with the new hold in it.
+func TestOwedLeaveSparesReenteredKey(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	hb, cli := newBackend(t, etcd)
+	const name = "owed-leave-reentered"
+	hreq := fencelock.Request{Name: name, Owner: "holder", TTL: 2 * time.Second}
+	if _, err := hb.Acquire(ctx, hreq); err != nil {
+		t.Fatal(err)
+	}
+	b, f := newFaultyBackend(t, etcd)
+	req := fencelock.Request{Name: name, Owner: "waiter-reentered", Hold: "h1", TTL: 2 * time.Second}
+	f.others(fail)           // the settler stays off until the retry has joined the key
+	f.plan(pass, fail, fail) // joins the line; its read fails, and so does its leaving
+	if _, err := b.AcquireQueued(planned(ctx), req); !errors.Is(err, fencelock.ErrUnavailable) {
+		t.Fatalf("a waiter whose read failed: %v", err)
+	}
+	if _, err := hb.Release(ctx, fencelock.Lease{Name: name, Owner: hreq.Owner, TTL: hreq.TTL}, ""); err != nil {
+		t.Fatal(err)
+	}
+	req.Hold = "h2"
+	g, err := b.AcquireQueued(planned(ctx), req)
+	if err != nil || g.Count != 2 {
+		t.Fatalf("the retry with hold h2: %+v %v", g, err)
+	}
+	f.others(pass)
+	// The settler takes h1 out; h2 keeps the key, with the token it was granted.
+	key := b.Key(name, req.Owner)
+	deadline := time.Now().Add(3 * time.Second) // keep-alives of the 2s lease: the settler runs at each
+	for time.Now().Before(deadline) {
+		resp, err := cli.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != g.Token {
+			t.Fatalf("the key of the granted hold h2 was deleted under its holder")
+		}
+		if v := string(resp.Kvs[0].Value); v != "2\nh1\nh2" && v != "1\nh2" {
+			t.Fatalf("the key of the granted hold h2 holds %q", v)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	observer, _ := newBackend(t, etcd)
+	waitCount(t, observer, name, 1) // h1 is gone
 }

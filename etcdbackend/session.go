@@ -27,7 +27,7 @@ type session struct {
 
 	stop   context.CancelFunc
 	exited chan struct{}
-	tick   func(context.Context) // runs after each confirmed keep-alive: the Backend settles what it owes
+	tick   func() // runs after each confirmed keep-alive: the Backend settles what it owes
 
 	mu         sync.Mutex // guards validUntil and ended
 	validUntil time.Time  // a lower bound of the lease's expiry, on this process's monotonic clock
@@ -62,10 +62,12 @@ func (b *Backend) session(ctx context.Context, ttl time.Duration) (*session, err
 
 	b.mu.Lock()
 	if old := b.sessions[secs]; (old != nil && !old.expired()) || b.closed {
-		// Another goroutine granted one meanwhile, or the Backend closed: keep one lease.
+		// Another goroutine granted one meanwhile, or the Backend closed: keep one lease. The
+		// revoke is the caller's, under its context; a lease it fails to revoke has no keys
+		// and expires on its own.
 		closed := b.closed
 		b.mu.Unlock()
-		s.revoke()
+		_, _ = b.c.Revoke(ctx, lease.ID)
 		if closed {
 			return nil, fmt.Errorf("%w: backend closed", fencelock.ErrUnavailable)
 		}
@@ -98,7 +100,7 @@ func (s *session) keepAlive(ctx context.Context) {
 		case err == nil && resp.TTL > 0:
 			s.extend(sent, time.Duration(resp.TTL)*time.Second)
 			if s.tick != nil {
-				s.tick(ctx)
+				s.tick()
 			}
 			timer.Reset(interval)
 		case ctx.Err() != nil:
