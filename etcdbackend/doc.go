@@ -5,19 +5,49 @@
 // holding the lock, each attached to a lease. The owner whose key has the smallest create
 // revision holds the lock; every other waits for the deletion of the key just before its own,
 // watching only that key (no thundering herd, first come first served). The name is
-// path-escaped, so that a lock "a" never sees the keys of a lock "a/1".
+// path-escaped, so that a lock "a" never sees the keys of a lock "a/1". What a holder
+// publishes with WithMetadata is kept beside the queue, at <prefix>!meta/<N>/<owner>, on the
+// same lease: "!" is escaped in every name, so no lock's queue covers these keys, whether or
+// not the prefix ends with a slash.
 //
 // # Leases and TTL
 //
-// A Backend keeps one lease per distinct TTL, kept alive in the background by etcd's
-// concurrency.Session; a lock's key is attached to the lease of its TTL, rounded up to whole
-// seconds. The etcd server enforces a minimum lease TTL (about 1.5 × its election timeout;
-// 2 s with an embedded etcd's defaults), and extends shorter leases to it. When a lease
-// expires — the process stopped, or its keep-alives stopped reaching the cluster for a whole
-// TTL — etcd deletes every key on it, the next waiter holds the lock, and the old holder's
-// renewal finds its key gone: its context is cancelled. The Client trusts a lock no longer than
-// the lease's remaining TTL as the server last reported it (LeaseTimeToLive), measured from when
-// that question was sent.
+// A Backend keeps one lease per distinct TTL, rounded up to whole seconds, and keeps it alive
+// itself: a goroutine per lease sends a keep-alive (LeaseKeepAliveOnce) every third of the
+// TTL, and notes when each one was sent. A lock's key is attached to the lease of the TTL of
+// its first acquisition. The etcd server enforces a minimum lease TTL (about 1.5 × its
+// election timeout; 2 s with an embedded etcd's defaults), and extends shorter leases to it.
+// When a lease expires — the process stopped, or its keep-alives stopped reaching the cluster
+// for a whole TTL — etcd deletes every key on it, the next waiter holds the lock, and the old
+// holder's renewal finds its key gone: its context is cancelled.
+//
+// A grant or a renewal says the lock lives from the send of the request that made or found
+// its key until the lease that key is on is known to end: the send of that lease's last
+// confirmed keep-alive plus the TTL the server answered with. The Client trusts the lock no
+// longer than that, minus its drift allowance, even when it asked for a longer TTL.
+//
+// # Reentrancy
+//
+// The key's value is the hold count and the hold IDs ("count\nhold\nhold..."), changed only by
+// transactions that compare the key's create and mod revisions, so a retried release never
+// decrements twice and a stale release never deletes a newer holder's key. A reentrant
+// acquisition adds its hold to the key and leaves the key on its lease: re-entering a lock
+// with a longer TTL does not make it live longer.
+//
+// WithOwner in two processes: the second process's holds go into the key the first one made,
+// on the first one's lease, which only the first one's Backend keeps alive. The second
+// Backend does not extend that lease; it vouches for what etcd reports is left of it
+// (LeaseTimeToLive, whole seconds rounded down), counted from when it asked, and asks again at
+// every renewal. Its holds end with that lease: when the first Backend closes, or its process
+// stops reaching etcd.
+//
+// # Failures
+//
+// A release whose outcome is unknown, or a waiter's leaving the line that fails or comes after
+// the caller's deadline, is owed: the Backend retries it in the background at every keep-alive
+// until it is done. Close revokes the leases, which deletes every key on them, and then stops
+// that work and waits for it. A later acquisition of the same hold (the
+// retry of one whose outcome was lost) that takes the key back voids what was owed of it.
 //
 // # Fencing
 //
@@ -25,10 +55,4 @@
 // increasing, never reused. (Never the lease ID, which is not ordered.) Writes that live in etcd
 // itself can be guarded without any other store: Guard returns the comparison that holds only
 // while the lock's key still exists with that revision, for a transaction's If.
-//
-// # Reentrancy
-//
-// The key's value is the hold count and the hold IDs ("count\nhold\nhold..."), changed only by
-// transactions that compare the key's create and mod revisions, so a retried release never
-// decrements twice and a stale release never deletes a newer holder's key.
 package etcdbackend
