@@ -64,7 +64,9 @@ func New(c *clientv3.Client, opts ...Option) *Backend {
 	return b
 }
 
-// Close revokes the Backend's leases, releasing its locks, and stops their keep-alives.
+// Close revokes the Backend's leases, releasing its locks, stops their keep-alives and waits
+// for the Backend's background work. It takes at most one revoke's timeout (2s) when etcd
+// does not answer.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -75,15 +77,29 @@ func (b *Backend) Close() error {
 	sessions := b.sessions
 	b.sessions = nil
 	b.mu.Unlock()
-	var errs []error
+	// Revoked together, so that an unreachable cluster holds Close up for one revoke's
+	// timeout, not one per lease.
+	var wg sync.WaitGroup
+	var mu sync.Mutex // guards failed and first
+	failed, first := 0, error(nil)
 	for _, s := range sessions {
-		if err := s.revoke(); err != nil {
-			errs = append(errs, err)
-		}
+		wg.Go(func() {
+			if err := s.revoke(); err != nil {
+				mu.Lock()
+				if failed++; first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 	b.cancel()
 	b.settlers.Wait()
-	return errors.Join(errs...)
+	if failed > 0 {
+		return classify(fmt.Errorf("%d of %d leases not revoked; their locks expire with them: %w", failed, len(sessions), first))
+	}
+	return nil
 }
 
 // queuePrefix is the prefix of the keys of the lock name.

@@ -52,3 +52,28 @@ func TestQueuedWaitReturnsByDeadline(t *testing.T) {
 	proxy.Restore()
 	waitKeys(t, cli, hb, name, 1) // the waiter's key is gone: deleted, or its lease ran out
 }
+
+// Close over a cut link revokes its leases together, and says in one line that it could not:
+// it used to revoke them one after the other, each with its own 2s, and join the errors on
+// separate lines.
+func TestCloseOverCutLink(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	proxy := testserver.StartProxy(t, strings.TrimPrefix(etcd.Endpoints[0], "http://"))
+	b := etcdbackend.New(etcd.ClientOf(t, "http://"+proxy.Addr))
+	t.Cleanup(func() { _ = b.Close() })
+	for _, ttl := range []time.Duration{2 * time.Second, 3 * time.Second, 4 * time.Second} { // a lease each
+		if _, err := b.Acquire(ctx, fencelock.Request{Name: "close-cut-" + ttl.String(), Owner: "o", TTL: ttl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy.Cut()
+	began := time.Now()
+	err := b.Close()
+	took := time.Since(began)
+	if !errors.Is(err, fencelock.ErrUnavailable) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Close over a cut link: %q, want one line matching ErrUnavailable", err)
+	}
+	if took > 2*time.Second+slack {
+		t.Fatalf("Close over a cut link took %v: one revoke timeout per lease", took.Round(time.Millisecond))
+	}
+}
