@@ -112,3 +112,37 @@ func TestSQLIsolationLevels(t *testing.T) {
 		}
 	}
 }
+
+// At REPEATABLE READ, a Check on a row that changed after the transaction's snapshot fails
+// with a serialization failure without waiting for anyone, also with a newer token.
+func TestSQLRepeatableReadSnapshot(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	db, err := sql.Open("postgres", pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	var s SQL
+	if err := s.CreateTable(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	nop := func(*sql.Tx) error { return nil }
+	if err := s.Update(ctx, db, "snap", 1, nop); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := s.Latest(ctx, tx, "snap"); err != nil { // the snapshot is taken here
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, db, "snap", 7, nop); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx, tx, "snap", 8); !IsSerializationFailure(err) {
+		t.Fatalf("Check of a newer token on a row changed since the snapshot: %v, want a serialization failure", err)
+	}
+}
