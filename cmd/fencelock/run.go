@@ -48,7 +48,9 @@ goes on, holding no lock.
 SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGCONT sent to run are passed to the command's process
 group; SIGTSTP stops the command and then run. Run from a terminal, the command's process group
 is the terminal's foreground group, so that it reads the terminal and Ctrl-C and Ctrl-Z reach
-it. When the command stops (Ctrl-Z), run stops too and gives the terminal back; while stopped it
+it; when the command dies of Ctrl-C or Ctrl-\, run sends the signal on to its own process
+group (such as the shell whose script called run), which it then dies of. When the command
+stops (Ctrl-Z), run stops too and gives the terminal back; while stopped it
 does not renew the lock, which expires after its TTL. When run continues, it continues the
 command, or ends it as above if the lock was lost meanwhile.
 
@@ -154,7 +156,28 @@ func run(ctx context.Context, g *globals, f *runFlags, name string, argv []strin
 
 	env := append(os.Environ(), "FENCELOCK_NAME="+name, "FENCELOCK_TOKEN="+strconv.FormatInt(lock.Token(), 10))
 	out := supervise(command{path: path, argv: argv, env: env}, lock, f.killAfter, sigs, cmd.ErrOrStderr())
-	return finish(lock, name, out)
+	err = finish(lock, name, out)
+	var ex *exitError
+	if out.foreground && errors.As(err, &ex) && ex.err == nil && isInterrupt(out.status) {
+		// Ctrl-C reached the command alone, which had the terminal; without run in between it
+		// would have reached run's process group too, such as the shell whose script runs run,
+		// which stops the script only when it gets the signal itself.
+		dieOf(out.status.Signal())
+	}
+	return err
+}
+
+// isInterrupt reports whether the command died of a signal from the keyboard (Ctrl-C, Ctrl-\).
+func isInterrupt(ws syscall.WaitStatus) bool {
+	return ws.Signaled() && (ws.Signal() == syscall.SIGINT || ws.Signal() == syscall.SIGQUIT)
+}
+
+// dieOf sends sig to run's own process group, run included, which it ends as the signal's
+// default action does.
+func dieOf(sig syscall.Signal) {
+	signal.Reset(sig)
+	_ = syscall.Kill(0, sig)
+	time.Sleep(time.Second) // the signal ends the process before this returns
 }
 
 // outcome is how the command's processes ended.
@@ -162,6 +185,9 @@ type outcome struct {
 	started error              // the command could not be started
 	status  syscall.WaitStatus // the command's own exit status
 	lost    error              // the lock was lost while the processes ran
+	// foreground says that the command's group had the terminal at the end, so that the
+	// terminal's keyboard signals reached it rather than run.
+	foreground bool
 }
 
 // finish releases the lock and turns the outcome into run's exit.

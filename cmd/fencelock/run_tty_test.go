@@ -144,3 +144,25 @@ func TestRunTerminalSuspend(t *testing.T) {
 		}
 	}
 }
+
+// Ctrl-C reaches the command, which has the terminal; run then dies of SIGINT too, so that a
+// shell script that called it stops as it would without run in between.
+func TestRunTerminalInterruptStopsScript(t *testing.T) {
+	r, env := redisEnv(t)
+	script := fmt.Sprintf(`for i in 1 2; do %s run ctrl-c -- sleep 30; echo "next $i"; done; echo done`, binary)
+	tm := startTerminal(t, env, "bash", "-c", script)
+	waitHeld(t, r, "ctrl-c")
+	time.Sleep(200 * time.Millisecond)
+	tm.send(t, "\x03") // Ctrl-C
+	select {
+	case <-tm.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the script went on after Ctrl-C; the terminal shows %q", tm.output())
+	}
+	if out := tm.output(); strings.Contains(out, "next") || strings.Contains(out, "done") {
+		t.Fatalf("the script went on after Ctrl-C; the terminal shows %q", out)
+	}
+	if held(t, r, "ctrl-c") {
+		t.Fatal("lock still held after Ctrl-C")
+	}
+}

@@ -56,7 +56,7 @@ func (s *supervisor) loop(sigs, jobs <-chan os.Signal) outcome {
 				if s.gave {
 					s.tty.give(s.tty.pgrp)
 				}
-				return outcome{status: s.status, lost: s.lost}
+				return outcome{status: s.status, lost: s.lost, foreground: s.gave}
 			}
 			if ev.pid == s.ps.pid && ev.status.Stopped() {
 				s.commandStopped()
