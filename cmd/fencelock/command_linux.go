@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -31,19 +32,31 @@ type waitEvent struct {
 	status syscall.WaitStatus
 }
 
-// forkThread starts the command from one goroutine locked to its OS thread for good: Linux
-// sends the Pdeathsig when the thread that forked the child ends, not the process
+// forkThread runs the fork on one goroutine locked to its OS thread for good: Linux sends the
+// Pdeathsig when the thread that forked the child ends, not the process
 // (go.dev/issue/27505), and a Go thread may end while its process goes on.
-var forkThread = make(chan func())
+var (
+	forkOnce   sync.Once
+	forkThread chan func()
+)
 
-func init() {
-	go func() {
-		runtime.LockOSThread()
-		// Never unlocked and never returns: the thread must live as long as run.
-		for fn := range forkThread {
-			fn()
-		}
-	}()
+func onForkThread(fn func()) {
+	forkOnce.Do(func() {
+		forkThread = make(chan func())
+		go func() {
+			runtime.LockOSThread()
+			// Never unlocked and never returns: the thread must live as long as run.
+			for fn := range forkThread {
+				fn()
+			}
+		}()
+	})
+	done := make(chan struct{})
+	forkThread <- func() {
+		defer close(done)
+		fn()
+	}
+	<-done
 }
 
 // start starts c, in the terminal's foreground when fg holds the terminal's descriptor
@@ -66,12 +79,7 @@ func start(c command, fg int) (*processes, error) {
 	}
 	var p *os.Process
 	var err error
-	done := make(chan struct{})
-	forkThread <- func() {
-		p, err = os.StartProcess(c.path, c.argv, attr)
-		close(done)
-	}
-	<-done
+	onForkThread(func() { p, err = os.StartProcess(c.path, c.argv, attr) })
 	if err != nil {
 		return nil, err
 	}

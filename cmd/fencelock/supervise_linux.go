@@ -41,6 +41,9 @@ func supervise(c command, lock *fencelock.Lock, killAfter time.Duration, sigs <-
 	}
 	ps, err := start(c, fg)
 	if err != nil {
+		if s.gave { // the child may have taken the terminal before its exec failed
+			s.tty.give(s.tty.pgrp)
+		}
 		return outcome{started: exitf(exitNoExec, "starting %q: %v", c.argv[0], err)}
 	}
 	s.ps = ps
