@@ -118,8 +118,8 @@ func TestRunTerminalSuspend(t *testing.T) {
 	at := tm.expect(t, 0, "$ ")
 	tm.send(t, fmt.Sprintf("%s run --ttl 1s suspended -- sh -c 'while :; do date +%%s%%N >> %s/first; sleep 0.02; done'\n", binary, dir))
 	waitHeld(t, r, "suspended")
-	time.Sleep(200 * time.Millisecond)
-	tm.send(t, "\x1a") // Ctrl-Z
+	waitFile(t, dir+"/first") // the command runs
+	tm.send(t, "\x1a")        // Ctrl-Z
 	at = tm.expect(t, at, "Stopped")
 	at = tm.expect(t, at, "$ ")
 	n := len(lines(t, dir+"/first"))
@@ -149,10 +149,11 @@ func TestRunTerminalSuspend(t *testing.T) {
 // shell script that called it stops as it would without run in between.
 func TestRunTerminalInterruptStopsScript(t *testing.T) {
 	r, env := redisEnv(t)
-	script := fmt.Sprintf(`for i in 1 2; do %s run ctrl-c -- sleep 30; echo "next $i"; done; echo done`, binary)
+	marker := tempFile(t, "running")
+	script := fmt.Sprintf(`for i in 1 2; do %s run ctrl-c -- sh -c 'touch %s; exec sleep 30'; echo "next $i"; done; echo done`, binary, marker)
 	tm := startTerminal(t, env, "bash", "-c", script)
 	waitHeld(t, r, "ctrl-c")
-	time.Sleep(200 * time.Millisecond)
+	waitFile(t, marker)
 	tm.send(t, "\x03") // Ctrl-C
 	select {
 	case <-tm.done:

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A positive --wait bounds the wait for a lock held elsewhere, not the first attempt: a free
@@ -42,10 +45,16 @@ func TestRunSignalEndsWait(t *testing.T) {
 	r, env := redisEnv(t)
 	holder := startRun(t, env, "run", "waited", "--", "sleep", "60")
 	waitHeld(t, r, "waited")
+	rc := r.ClientT(t)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT} {
 		marker := tempFile(t, "ran")
+		before := clients(t, rc)
 		p := startRun(t, env, "run", "--wait", "15s", "--conflict-exit-code", "9", "waited", "--", "touch", marker)
-		time.Sleep(500 * time.Millisecond) // run is waiting
+		// run connects after it has set up its signal handling; then it waits.
+		for clients(t, rc) <= before {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
 		sent := time.Now()
 		if err := p.cmd.Process.Signal(sig); err != nil {
 			t.Fatal(err)
@@ -63,4 +72,14 @@ func TestRunSignalEndsWait(t *testing.T) {
 		t.Fatal("the holder lost its lock")
 	}
 	holder.stop(t)
+}
+
+// clients counts the connections the Redis server has now.
+func clients(t *testing.T, rc *redis.Client) int {
+	t.Helper()
+	list, err := rc.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(list, "\n")
 }
