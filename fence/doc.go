@@ -38,13 +38,38 @@
 //     while holding the resource's guard.
 //   - SQL keeps the latest token per resource in a PostgreSQL table
 //     (default fence_tokens). SQL.Check runs a conditional upsert inside
-//     the caller's transaction, before the caller's own write; SQL.Update
-//     wraps check, write and commit in one transaction.
+//     the caller's transaction (a Tx: a *sql.DB or *sql.Conn does not
+//     qualify), before the caller's own write; SQL.Update wraps check,
+//     write and commit in one transaction.
 //   - Redis keeps a value and its token together in a hash and replaces
 //     them with an atomic Lua script.
 //
 // A guard protects only writes that go through it: every writer of the
 // protected data must use the same guard with the same resource name.
+//
+// # Isolation levels
+//
+// Two transactions that Check the same resource meet on its row: the
+// second waits until the first ends. What it does then depends on its
+// isolation level:
+//
+//   - READ COMMITTED (PostgreSQL's default): it re-reads the newest
+//     committed token. Its answer is final: nil, and it writes after the
+//     first, or a *StaleError, and it must not write.
+//   - REPEATABLE READ: if the first committed, the second fails with a
+//     serialization failure (SQLSTATE 40001), whatever its token: a newer
+//     token fails too. That is not a refusal. Roll back and run the whole
+//     transaction again; the retry's Check gives the final answer. The
+//     same failure comes when the row changed after the transaction's
+//     snapshot was taken, without any waiting.
+//   - SERIALIZABLE: as REPEATABLE READ, and a serialization failure may
+//     also come from any later statement or from Commit; retry the same
+//     way.
+//
+// IsSerializationFailure tells the failure apart. Treating it as a
+// refusal is safe, in that no stale write lands, but it drops the newer
+// holder's write. At every level, no token older than one already
+// committed ever writes after it.
 //
 // # Keeping the token in your own row
 //

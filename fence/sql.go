@@ -11,18 +11,28 @@ import (
 // DefaultTable is the token table used by the zero SQL and by NewSQL("").
 const DefaultTable = "fence_tokens"
 
-// Execer is the part of *sql.DB, *sql.Tx and *sql.Conn that the SQL guard
-// uses. Pass the caller's *sql.Tx to Check so that the check and the
-// caller's write commit or roll back together.
+// Execer is the part of *sql.DB, *sql.Tx and *sql.Conn that CreateTable and
+// Latest use.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// Tx is the part of *sql.Tx that Check uses. Commit and Rollback are in it so
+// that only a transaction satisfies it: a *sql.DB or *sql.Conn runs each
+// statement in a transaction of its own, which would commit the check apart
+// from the write it guards, and let a stale holder that checked before a
+// newer one write after it.
+type Tx interface {
+	Execer
+	Commit() error
+	Rollback() error
+}
+
 var (
 	_ Execer = (*sql.DB)(nil)
-	_ Execer = (*sql.Tx)(nil)
 	_ Execer = (*sql.Conn)(nil)
+	_ Tx     = (*sql.Tx)(nil)
 )
 
 // SQL is a fencing guard that keeps the newest accepted token of each
@@ -132,13 +142,18 @@ func (s *SQL) CreateTable(ctx context.Context, db Execer) error {
 }
 
 // Check checks token against the newest token recorded for resource and
-// records it, in one statement. Run it inside your transaction, before
-// your own write, and commit both together (or use Update, which does
-// that). It returns nil if token >= the recorded token (or none is
-// recorded), a *StaleError (errors.Is(err, ErrStale)) if token is older,
-// an error wrapping ErrInvalid for an empty resource, a token <= 0 or a
-// nil tx, and the database error otherwise. After a *StaleError the
-// transaction is still usable but should be rolled back.
+// records it, in one statement inside tx, the caller's transaction. Run it
+// before your own write in the same transaction and commit both together
+// (or use Update, which does that). It returns nil if token >= the recorded
+// token (or none is recorded), a *StaleError (errors.Is(err, ErrStale)) if
+// token is older, an error wrapping ErrInvalid for an empty resource, a
+// token <= 0 or a nil tx, and the database error otherwise. After a
+// *StaleError the transaction is still usable but should be rolled back.
+//
+// Check takes a Tx, which a *sql.DB and a *sql.Conn do not satisfy. Earlier
+// versions took an Execer, and a check run on a *sql.DB committed on its
+// own, apart from the write it guarded; code that passed a *sql.DB or
+// *sql.Conn no longer compiles: begin a transaction and pass the *sql.Tx.
 //
 // The statement is a conditional upsert:
 //
@@ -146,21 +161,22 @@ func (s *SQL) CreateTable(ctx context.Context, db Execer) error {
 //	ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
 //	WHERE f.token <= EXCLUDED.token
 //
-// and 0 rows affected means stale. Why it is safe under concurrency:
-// whether it inserts, updates or (WHERE false) does neither, the upsert
-// leaves the resource's row locked (or, for a new resource, its
-// uncommitted index entry) until the transaction ends. A concurrent
-// transaction's upsert for the same resource blocks on that lock; under
-// READ COMMITTED it then re-evaluates the WHERE against the newest
-// committed token. So if token 6 checks first, token 5 waits, sees 6
-// once 6 commits, and is refused; if token 5 checks first, token 6 waits
-// until 5 has written and committed, then writes after it. Either way 5
-// can never land after 6. Under REPEATABLE READ or SERIALIZABLE the
-// waiting transaction fails instead with a serialization error (SQLSTATE
-// 40001), which is equally safe but is not ErrStale; retry or treat it as
-// a refusal. The guarantee covers only data written in a transaction
-// that passed Check (or that checks its own fence column, see CheckRows).
-func (s *SQL) Check(ctx context.Context, tx Execer, resource string, token int64) error {
+// and 0 rows affected means stale. Whether it inserts, updates or (WHERE
+// false) does neither, the upsert leaves the resource's row locked (or, for
+// a new resource, its uncommitted index entry) until the transaction ends,
+// and a concurrent transaction's Check for the same resource waits for that
+// lock. What the waiting Check then returns depends on its transaction's
+// isolation level (see the package documentation, "Isolation levels"):
+// under READ COMMITTED, PostgreSQL's default, it re-reads the newest
+// committed token and its answer is final; under REPEATABLE READ and
+// SERIALIZABLE it fails with a serialization failure (SQLSTATE 40001) if
+// the other transaction committed, whatever its own token, newer or not.
+// That failure is not a refusal: roll back and run the whole transaction
+// again (IsSerializationFailure tells it apart). Either way a token older
+// than one already committed never writes after it. The guarantee covers
+// only data written in a transaction that passed Check (or that checks its
+// own fence column, see CheckRows).
+func (s *SQL) Check(ctx context.Context, tx Tx, resource string, token int64) error {
 	if err := validate(resource, token); err != nil {
 		return err
 	}
@@ -208,13 +224,26 @@ func (s *SQL) Latest(ctx context.Context, db Execer, resource string) (int64, er
 	return latest, nil
 }
 
+// IsSerializationFailure reports whether err is PostgreSQL's serialization
+// failure, SQLSTATE 40001, from a driver whose errors tell their SQLSTATE
+// with a SQLState method (lib/pq, pgx). Under REPEATABLE READ and
+// SERIALIZABLE, Check and Commit return it when a concurrent transaction got
+// in first: run the whole transaction again, do not take it for a refusal.
+func IsSerializationFailure(err error) bool {
+	var e interface{ SQLState() string }
+	return errors.As(err, &e) && e.SQLState() == "40001"
+}
+
 // Update runs write in a new transaction on db after Check has accepted
 // token for resource, and commits. If Check refuses the token (a
 // *StaleError), write is not called. If Check, write or the commit fails,
 // the transaction is rolled back, so the token is recorded only if the
 // write is committed, and the error is returned (write's error unchanged).
 // write must use the tx it is given, not db, or its effects escape the
-// guard. A nil db or write gives an error wrapping ErrInvalid.
+// guard. A nil db or write gives an error wrapping ErrInvalid. The
+// transaction has the database's default isolation level; when that is
+// REPEATABLE READ or SERIALIZABLE, call Update again when it returns an
+// error for which IsSerializationFailure is true.
 func (s *SQL) Update(ctx context.Context, db *sql.DB, resource string, token int64, write func(tx *sql.Tx) error) (err error) {
 	if err := validate(resource, token); err != nil {
 		return err

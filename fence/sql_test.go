@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,7 +63,7 @@ func TestSQLInvalidArgs(t *testing.T) {
 	if err := s.Check(ctx, nilTx, "r", 1); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("nil *sql.Tx: %v", err)
 	}
-	if err := s.Check(ctx, nilDB, "", 1); !errors.Is(err, ErrInvalid) {
+	if err := s.Check(ctx, nilTx, "", 1); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("empty resource: %v", err)
 	}
 	if err := s.CreateTable(ctx, nilDB); !errors.Is(err, ErrInvalid) {
@@ -76,6 +77,20 @@ func TestSQLInvalidArgs(t *testing.T) {
 	}
 	if err := CheckRows(nil, "r", 1); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("CheckRows nil: %v", err)
+	}
+}
+
+// Check takes only a transaction: a *sql.DB or *sql.Conn would commit the
+// check on its own, apart from the write it guards.
+func TestSQLCheckTakesOnlyATransaction(t *testing.T) {
+	param := reflect.TypeOf((*SQL).Check).In(2)
+	for _, h := range []reflect.Type{reflect.TypeFor[*sql.DB](), reflect.TypeFor[*sql.Conn]()} {
+		if h.AssignableTo(param) {
+			t.Errorf("Check takes a %v, whose statements commit on their own, apart from the write they guard", h)
+		}
+	}
+	if !reflect.TypeFor[*sql.Tx]().AssignableTo(param) {
+		t.Errorf("Check does not take a *sql.Tx")
 	}
 }
 
@@ -136,10 +151,10 @@ func TestSQL(t *testing.T) {
 		if err := q.CreateTable(ctx, db); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Check(ctx, db, "x", 2); err != nil {
+		if err := q.Update(ctx, db, "x", 2, func(*sql.Tx) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Check(ctx, db, "x", 1); !errors.Is(err, ErrStale) {
+		if err := q.Update(ctx, db, "x", 1, func(*sql.Tx) error { return nil }); !errors.Is(err, ErrStale) {
 			t.Fatalf("qualified table: %v", err)
 		}
 	})

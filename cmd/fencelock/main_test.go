@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -31,6 +32,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// noTerminal starts the binary in a session of its own, without a controlling terminal: run
+// takes part in the job control of a terminal it has, and the tests' terminal, when they run in
+// one, is not theirs to take.
+func noTerminal() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }
+
 // result is what one run of the binary produced.
 type result struct {
 	stdout, stderr string
@@ -44,6 +50,7 @@ func cli(t *testing.T, timeout time.Duration, env []string, args ...string) resu
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = noTerminal()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -31,27 +31,50 @@ type runFlags struct {
 	killAfter    time.Duration
 }
 
+const runLong = `Run COMMAND while holding the lock NAME, and release the lock when it ends.
+
+The command gets FENCELOCK_NAME and FENCELOCK_TOKEN (the fencing token) in its environment;
+hand the token to the store it writes to, so that a write from a holder that lost the lock is
+refused.
+
+run holds the lock until every process of the command is gone: the command, and whatever it
+started, also in the background (run is their subreaper), not only until the command itself
+exits. The lock is renewed meanwhile. If it is lost anyway (the backend deleted it, or could
+not be reached for a whole TTL), those processes get SIGTERM and SIGCONT (a stopped one runs
+its handler), then SIGKILL after --kill-after, and run exits 76 once they are gone.
+If run itself is killed (SIGKILL), the command gets SIGKILL; what the command started in turn
+goes on, holding no lock.
+
+SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGCONT sent to run are passed to the command's process
+group; SIGTSTP stops the command and then run. Run from a terminal, the command's process group
+is the terminal's foreground group, so that it reads the terminal and Ctrl-C and Ctrl-Z reach
+it; when the command dies of Ctrl-C or Ctrl-\, run sends the signal on to its own process
+group (such as the shell whose script called run), which it then dies of. When the command
+stops (Ctrl-Z), run stops too and gives the terminal back; while stopped it
+does not renew the lock, which expires after its TTL. When run continues, it continues the
+command, or ends it as above if the lock was lost meanwhile.
+
+A signal while run waits for the lock ends the wait: run exits 128+signal, as a shell does,
+and the command is not started. Otherwise run exits with the command's own exit code.
+
+Exit codes of run's own:
+  75   the lock is held elsewhere, and --wait ran out (change it with --conflict-exit-code)
+  76   the lock was lost while the command ran, which was ended; or it was gone when run
+       released it, so the command may have overlapped another holder
+  2    bad input: empty or too long NAME, no COMMAND, a TTL that is too short
+  125  fencelock failed: the backend cannot be reached or refuses to lock, also when --wait
+       ran out; or the release after a successful command failed (the lock expires after
+       its TTL)
+  126  COMMAND is not executable
+  127  COMMAND was not found
+  128+n  a signal n ended the wait for the lock`
+
 func newRunCmd(g *globals) *cobra.Command {
 	f := &runFlags{}
 	cmd := &cobra.Command{
 		Use:   "run NAME -- COMMAND [ARGS...]",
 		Short: "Run a command while holding a cluster-wide lock",
-		Long: `Run COMMAND while holding the lock NAME, and release the lock when it ends.
-
-The command gets FENCELOCK_NAME and FENCELOCK_TOKEN (the fencing token) in its environment;
-hand the token to the store it writes to, so that a write from a holder that lost the lock is
-refused. The lock is renewed while the command runs. If it is lost anyway (the backend
-deleted it, or could not be reached for a whole TTL), the command gets SIGTERM, then SIGKILL
-after --kill-after, and run exits with 76. SIGINT and SIGTERM sent to run are passed to the
-command. Otherwise run exits with the command's own exit code.
-
-Exit codes of run's own:
-  75   the lock is held elsewhere and --wait ran out (change it with --conflict-exit-code)
-  76   the lock was lost while the command ran; the command was terminated
-  2    bad input: empty or too long NAME, no COMMAND, a TTL that is too short
-  125  fencelock failed: the backend cannot be reached
-  126  COMMAND is not executable
-  127  COMMAND was not found`,
+		Long:  runLong,
 		Example: `  # The nightly report runs on one host only; the others give up at once (cron).
   fencelock run nightly-report -- /usr/local/bin/report --date today
 
@@ -77,7 +100,7 @@ Exit codes of run's own:
 		},
 	}
 	cmd.Flags().DurationVar(&f.ttl, "ttl", 30*time.Second, "lock TTL: how long the lock outlives this process if it dies")
-	cmd.Flags().DurationVar(&f.wait, "wait", 0, "how long to wait for the lock; 0 gives up at once, a negative value waits without limit")
+	cmd.Flags().DurationVar(&f.wait, "wait", 0, "how long to wait for the lock when the first attempt does not get it; 0 gives up at once, a negative value waits without limit")
 	cmd.Flags().IntVar(&f.conflictCode, "conflict-exit-code", exitConflict, "exit code when the lock is held elsewhere")
 	cmd.Flags().DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after a lost lock, SIGKILL the command this long after SIGTERM; 0 never sends SIGKILL")
 	return cmd
@@ -92,6 +115,10 @@ func checkName(name string) error {
 	}
 	return nil
 }
+
+// passedSignals are the signals run passes to the command; before the command starts, they end
+// the wait for the lock.
+var passedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
 func run(ctx context.Context, g *globals, f *runFlags, name string, argv []string, cmd *cobra.Command) error {
 	if err := checkName(name); err != nil {
@@ -108,80 +135,83 @@ func run(ctx context.Context, g *globals, f *runFlags, name string, argv []strin
 		return exitf(exitNoExec, "command %q cannot be run: %v", argv[0], err)
 	}
 
+	// From here on run answers signals itself, not through ctx: a signal ends the wait with
+	// 128+signal, and once the command runs it is passed on.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, passedSignals...)
+	defer signal.Stop(sigs)
+	ctx = context.WithoutCancel(ctx)
+
 	st, err := openStore(g.backendURL())
 	if err != nil {
 		return err
 	}
 	defer st.close()
-	if err := st.ping(ctx); err != nil {
-		return err
-	}
 	locker := fencelock.New(st.backend)
 	defer locker.Close()
+	lock, err := obtainForRun(ctx, st, locker, f, name, argv[0], sigs)
+	if err != nil {
+		return err
+	}
 
-	// Signals that arrive while the command runs are passed on; before that they end the wait.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	defer signal.Stop(sigs)
+	env := append(os.Environ(), "FENCELOCK_NAME="+name, "FENCELOCK_TOKEN="+strconv.FormatInt(lock.Token(), 10))
+	out := supervise(command{path: path, argv: argv, env: env}, lock, f.killAfter, sigs, cmd.ErrOrStderr())
+	err = finish(lock, name, out)
+	var ex *exitError
+	if out.foreground && errors.As(err, &ex) && ex.err == nil && isInterrupt(out.status) {
+		// Ctrl-C reached the command alone, which had the terminal; without run in between it
+		// would have reached run's process group too, such as the shell whose script runs run,
+		// which stops the script only when it gets the signal itself.
+		dieOf(out.status.Signal())
+	}
+	return err
+}
 
-	opts := []fencelock.Option{fencelock.WithTTL(f.ttl), fencelock.WithMetadata(holderMeta(argv[0]))}
-	var lock *fencelock.Lock
+// isInterrupt reports whether the command died of a signal from the keyboard (Ctrl-C, Ctrl-\).
+func isInterrupt(ws syscall.WaitStatus) bool {
+	return ws.Signaled() && (ws.Signal() == syscall.SIGINT || ws.Signal() == syscall.SIGQUIT)
+}
+
+// dieOf sends sig to run's own process group, run included, which it ends as the signal's
+// default action does.
+func dieOf(sig syscall.Signal) {
+	signal.Reset(sig)
+	_ = syscall.Kill(0, sig)
+	time.Sleep(time.Second) // the signal ends the process before this returns
+}
+
+// outcome is how the command's processes ended.
+type outcome struct {
+	started error              // the command could not be started
+	status  syscall.WaitStatus // the command's own exit status
+	lost    error              // the lock was lost while the processes ran
+	// foreground says that the command's group had the terminal at the end, so that the
+	// terminal's keyboard signals reached it rather than run.
+	foreground bool
+}
+
+// finish releases the lock and turns the outcome into run's exit.
+func finish(lock *fencelock.Lock, name string, out outcome) error {
+	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rerr := lock.Release(rctx)
 	switch {
-	case f.wait == 0:
-		lock, err = locker.TryObtain(ctx, name, opts...)
-	case f.wait > 0:
-		lock, err = locker.Obtain(ctx, name, append(opts, fencelock.WithWaitTimeout(f.wait))...)
-	default:
-		lock, err = locker.Obtain(ctx, name, opts...)
+	case out.started != nil:
+		return out.started
+	case out.lost != nil:
+		return &exitError{code: exitLost, err: fmt.Errorf("lock %q was lost while the command ran (%v); the command was ended", name, out.lost)}
+	case rerr == nil:
+		return statusExit(out.status)
+	case errors.Is(rerr, fencelock.ErrNotHeld), errors.Is(rerr, fencelock.ErrLost):
+		// Expired or removed before the release, unnoticed: the command's last stretch may have
+		// overlapped another holder's.
+		return &exitError{code: exitLost, err: fmt.Errorf("lock %q was not held when the command ended (%v); the command may have overlapped another holder", name, rerr)}
 	}
-	switch {
-	case errors.Is(err, fencelock.ErrNotObtained) && ctx.Err() == nil:
-		return &exitError{code: f.conflictCode, err: fmt.Errorf("lock %q is held elsewhere", name)}
-	case err != nil:
-		return errorExit(err)
+	msg := fmt.Errorf("releasing lock %q after the command ended: %v; it expires after its TTL", name, rerr)
+	if code := statusCode(out.status); code != 0 {
+		return &exitError{code: code, err: msg}
 	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = lock.Release(rctx)
-	}()
-
-	child := exec.Command(path, argv[1:]...)
-	child.Args[0] = argv[0]
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
-	child.Env = append(os.Environ(), "FENCELOCK_NAME="+name, "FENCELOCK_TOKEN="+strconv.FormatInt(lock.Token(), 10))
-	// Its own process group, so that a lost lock stops what the command started too.
-	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := child.Start(); err != nil {
-		return exitf(exitNoExec, "starting %q: %v", argv[0], err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- child.Wait() }()
-
-	var lost error
-	var kill <-chan time.Time
-	done := lock.Context().Done()
-	for {
-		select {
-		case err := <-exited:
-			if lost != nil {
-				return &exitError{code: exitLost, err: fmt.Errorf("lock %q was lost while the command ran (%v); the command was terminated", name, lost)}
-			}
-			return childExit(err)
-		case s := <-sigs:
-			_ = syscall.Kill(-child.Process.Pid, s.(syscall.Signal))
-		case <-done:
-			done = nil
-			lost = lock.Context().Err()
-			fmt.Fprintf(cmd.ErrOrStderr(), "fencelock: lock %q lost: %v; sending SIGTERM to the command\n", name, lost)
-			_ = syscall.Kill(-child.Process.Pid, syscall.SIGTERM)
-			if f.killAfter > 0 {
-				kill = time.After(f.killAfter)
-			}
-		case <-kill:
-			_ = syscall.Kill(-child.Process.Pid, syscall.SIGKILL)
-		}
-	}
+	return &exitError{code: exitFailure, err: msg}
 }
 
 // holderMeta is what run publishes about itself, for fencelock status: host, process, command
@@ -197,17 +227,18 @@ func holderMeta(command string) string {
 	return string(b)
 }
 
-// childExit turns the command's end into run's exit: its code, or 128+signal as a shell does.
-func childExit(err error) error {
-	if err == nil {
-		return nil
+// statusCode is run's exit code for the command's exit status: its code, or 128+signal as a
+// shell reports it.
+func statusCode(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
 	}
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		return exitf(exitFailure, "waiting for the command: %v", err)
+	return ws.ExitStatus()
+}
+
+func statusExit(ws syscall.WaitStatus) error {
+	if code := statusCode(ws); code != 0 {
+		return &exitError{code: code}
 	}
-	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return &exitError{code: 128 + int(ws.Signal())}
-	}
-	return &exitError{code: ee.ExitCode()}
+	return nil
 }

@@ -217,6 +217,7 @@ func startRun(t *testing.T, env []string, args ...string) *running {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = noTerminal()
 	p := &running{cmd: cmd, out: &syncWriter{w: &strings.Builder{}}, errb: &syncWriter{w: &strings.Builder{}}, done: make(chan int, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.errb
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// firstAttemptTimeout bounds run's first attempt at the lock, apart from --wait: a backend
+// that accepts the connection and never answers must not hold a cron job forever.
+const firstAttemptTimeout = 10 * time.Second
+
+// signalled is the cause of a wait that a signal ended.
+type signalled struct{ sig syscall.Signal }
+
+func (s signalled) Error() string { return s.sig.String() + " received" }
+
+// obtainForRun gets the lock for run, or the exit that says why not. The first attempt is one
+// try, whatever --wait says: a positive --wait bounds the wait that follows when the lock is
+// held elsewhere or the backend refuses, not the round trip of a lock that is free. A signal
+// from sigs ends the wait.
+func obtainForRun(ctx context.Context, st *store, locker *fencelock.Client, f *runFlags, name, command string, sigs <-chan os.Signal) (*fencelock.Lock, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watched := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case s := <-sigs:
+			cancel(signalled{s.(syscall.Signal)})
+		case <-stop:
+		}
+	}()
+	lock, err := obtainOnce(ctx, st, locker, f, name, command)
+	close(stop)
+	<-watched
+	var sig signalled
+	if errors.As(context.Cause(ctx), &sig) {
+		if lock != nil {
+			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer rcancel()
+			_ = lock.Release(rctx)
+		}
+		return nil, &exitError{code: 128 + int(sig.sig), err: fmt.Errorf("%v while waiting for lock %q; the command was not started", sig.sig, name)}
+	}
+	return lock, err
+}
+
+func obtainOnce(ctx context.Context, st *store, locker *fencelock.Client, f *runFlags, name, command string) (*fencelock.Lock, error) {
+	if err := st.ping(ctx); err != nil {
+		return nil, err
+	}
+	opts := []fencelock.Option{fencelock.WithTTL(f.ttl), fencelock.WithMetadata(holderMeta(command))}
+	actx, cancel := context.WithTimeout(ctx, firstAttemptTimeout)
+	lock, first := locker.TryObtain(actx, name, opts...)
+	cancel()
+	if first == nil {
+		return lock, nil
+	}
+	if f.wait == 0 || errors.Is(first, fencelock.ErrInvalid) || errors.Is(first, fencelock.ErrClosed) || ctx.Err() != nil {
+		return nil, notObtainedExit(ctx, locker, f, name, first, first)
+	}
+	wctx := ctx
+	if f.wait > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, f.wait)
+		defer cancel()
+	}
+	lock, err := locker.Obtain(wctx, name, opts...)
+	if err == nil {
+		return lock, nil
+	}
+	return nil, notObtainedExit(ctx, locker, f, name, first, err)
+}
+
+// notObtainedExit is the exit for a lock not obtained: the conflict code only when the lock is
+// held elsewhere, as the backend said or says now; otherwise the failure that kept run from it.
+// first is the first attempt's error, last the one that ended the wait.
+func notObtainedExit(ctx context.Context, locker *fencelock.Client, f *runFlags, name string, first, last error) error {
+	if ctx.Err() != nil {
+		return last // ended by a signal: the caller gives the exit
+	}
+	var held *fencelock.HeldError
+	switch {
+	case errors.As(last, &held):
+	case errors.Is(last, fencelock.ErrInvalid):
+		return &exitError{code: exitUsage, err: last}
+	case f.wait != 0 && errors.Is(last, context.DeadlineExceeded) && heldNow(ctx, locker, name):
+		// A queued wait that ran out says only that; ask who holds the lock.
+	default:
+		// Not held elsewhere: the backend refused, failed or did not answer. The first
+		// attempt's error names the cause when the wait's last one is only a deadline.
+		cause := last
+		if errors.Is(last, context.DeadlineExceeded) && !errors.As(first, &held) {
+			cause = first
+		}
+		if f.wait != 0 && errors.Is(last, context.DeadlineExceeded) {
+			return exitf(exitFailure, "lock %q not obtained within --wait %v, and not held elsewhere: %v", name, f.wait, cause)
+		}
+		return exitf(exitFailure, "lock %q not obtained: %v", name, cause)
+	}
+	if f.wait > 0 {
+		return &exitError{code: f.conflictCode, err: fmt.Errorf("lock %q is held elsewhere; waited %v", name, f.wait)}
+	}
+	return &exitError{code: f.conflictCode, err: fmt.Errorf("lock %q is held elsewhere", name)}
+}
+
+// heldNow reports whether the backend says name is held now.
+func heldNow(ctx context.Context, locker *fencelock.Client, name string) bool {
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := locker.Inspect(ictx, name)
+	return err == nil && info.Held
+}
