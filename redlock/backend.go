@@ -142,6 +142,7 @@ func (b *Backend) configure(clients []redisbackend.Client) error {
 	}
 	b.ident.ids = make([][]string, n)
 	b.ident.known = make([]atomic.Bool, n)
+	b.ident.turn = make(chan struct{}, 1)
 	return nil
 }
 

@@ -110,7 +110,7 @@
 // clients to one server cannot be told apart without asking the servers: the first acquisition
 // reads every node's INFO server run_id (every master's, for a Cluster) and fails with
 // fencelock.ErrInvalid, from then on, when two nodes share one. A node that did not answer
-// then is asked again by later calls, at most once a second, and its grants do not count
-// towards a majority until it has answered. A TTL that the node timeout and the drift allowance
-// leave no validity in is refused with fencelock.ErrInvalid.
+// then is asked again by later calls, at most once a second, and its grants and renewals do
+// not count towards a majority until it has answered. A TTL that the node timeout and the
+// drift allowance leave no validity in is refused with fencelock.ErrInvalid.
 package redlock

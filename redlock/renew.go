@@ -61,6 +61,14 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	if len(live) == 0 {
 		return out
 	}
+	// A node not identified yet is asked again (at most once a second, without waiting for
+	// another call's check), so that its confirmations count once it has answered.
+	if err := b.identify(ctx, timeout); err != nil {
+		for _, j := range live {
+			out[j].Err = err
+		}
+		return out
+	}
 	n, q := len(b.nodes), b.quorum
 	keys := make([][]string, len(live))
 	args := make([][]any, len(live))
@@ -79,6 +87,9 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 		}
 		return out, nil
 	}, func(r reply[[]renewReply]) bool {
+		if r.err == nil && !b.ident.seen(r.node) {
+			r.err = errUnidentified // it might be another node's server: it must not count twice
+		}
 		for k := range tallies {
 			t := &tallies[k]
 			rr := renewReply{err: r.err}
