@@ -58,6 +58,10 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	if err := b.checkTTL(req.TTL); err != nil {
 		return fencelock.Grant{}, err
 	}
+	if err := b.begin(); err != nil {
+		return fencelock.Grant{}, err
+	}
+	defer b.ops.Done()
 	timeout := b.timeout(req.TTL)
 	if err := b.identify(ctx, timeout); err != nil {
 		return fencelock.Grant{}, err
@@ -74,7 +78,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	var granted, held int
 	var failed []*NodeError
 	fl, prev := b.flights.start(req.Name, req.Owner, n)
-	pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (acquireReply, error) {
+	pending := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (acquireReply, error) {
 		defer b.flights.land(req.Name, req.Owner, fl, nd.i)
 		if err := prev.wait(ctx, nd.i); err != nil {
 			return acquireReply{}, err
@@ -101,10 +105,6 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		held++
 		return held > n-q
 	})
-	if err != nil {
-		b.flights.forget(req.Name, req.Owner, fl, prev) // no call was made
-		return fencelock.Grant{}, err
-	}
 	failed = append(failed, b.timedOut(ctx, pending)...)
 
 	// The nodes that may hold this hold now: all but those that said another owner holds it.
@@ -151,6 +151,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		token = proposal
 	}
 	if token == 0 {
+		var err error
 		token, err = b.fence(ctx, req, keys, replies, answered, timeout)
 		if err != nil {
 			b.undo(ctx, req, fl, b.all, timeout)
@@ -223,7 +224,7 @@ func (b *Backend) fence(ctx context.Context, req fencelock.Request, keys []strin
 		var written, conflicts int
 		var beyond int64
 		var failed []*NodeError
-		pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (int64, error) {
+		pending := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (int64, error) {
 			v, err := fenceScript.Run(ctx, nd.c, keys, req.Owner, arg, retention).Int64Slice()
 			if err != nil {
 				return 0, err
@@ -248,9 +249,6 @@ func (b *Backend) fence(ctx context.Context, req fencelock.Request, keys []strin
 			written++
 			return written >= q
 		})
-		if err != nil {
-			return 0, err
-		}
 		if ctx.Err() != nil {
 			return 0, ctxErr("acquire", req.Name, ctx.Err())
 		}
@@ -280,7 +278,7 @@ func (b *Backend) undo(ctx context.Context, req fencelock.Request, fl *flight, i
 	ctx, cancel := cleanupContext(ctx, timeout)
 	defer cancel()
 	keys := []string{b.Key(req.Name)}
-	_, _ = fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
+	fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
 		if err := fl.wait(ctx, nd.i); err != nil {
 			return struct{}{}, err
 		}

@@ -21,9 +21,11 @@
 // script per node; the nodes are asked in parallel, each bounded by the node timeout
 // (WithNodeTimeout; by default min(50ms, TTL/10)). An operation returns as soon as a majority
 // decided its outcome, so one slow or stopped node delays nothing: the calls to the other
-// nodes go on in the background (Close waits for them). One owner's calls on one lock keep
-// their order node by node: a release, or a reentrant acquire, on a node waits until the
-// owner's acquire call before it there has returned, so that it cannot overtake it.
+// nodes go on in the background. One owner's calls on one lock keep their order node by node:
+// a release, or a reentrant acquire, on a node waits until the owner's acquire call before it
+// there has returned, so that it cannot overtake it. Close is final: it waits for the
+// operations under way and then for the calls they left in the background, and every call
+// after it fails with an error matching fencelock.ErrClosed.
 //
 // Acquire takes the lock on every node it can. The lock holds when a majority, N/2+1, granted
 // it and validity is left: the TTL minus the time since the first request was sent, minus the

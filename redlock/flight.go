@@ -54,21 +54,6 @@ func (fs *flights) land(name, owner string, f *flight, i int) {
 	}
 }
 
-// forget removes a flight whose calls were never made; the flight before it, if any, is the
-// owner's last again.
-func (fs *flights) forget(name, owner string, f, prev *flight) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if fs.m[flightKey{name, owner}] != f {
-		return
-	}
-	if prev != nil && prev.left > 0 {
-		fs.m[flightKey{name, owner}] = prev
-	} else {
-		delete(fs.m, flightKey{name, owner})
-	}
-}
-
 // get returns the owner's last flight on the lock, or nil when all its calls have landed.
 func (fs *flights) get(name, owner string) *flight {
 	fs.mu.Lock()

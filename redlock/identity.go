@@ -72,7 +72,7 @@ func (b *Backend) identify(ctx context.Context, timeout time.Duration) error {
 			missing = append(missing, i)
 		}
 	}
-	_, err := fanOut(ctx, b, missing, timeout, decide, func(ctx context.Context, nd *node) ([]string, error) {
+	fanOut(ctx, b, missing, timeout, decide, func(ctx context.Context, nd *node) ([]string, error) {
 		return runIDs(ctx, nd)
 	}, func(r reply[[]string]) bool {
 		if r.err == nil && len(r.v) > 0 {
@@ -80,9 +80,6 @@ func (b *Backend) identify(ctx context.Context, timeout time.Duration) error {
 		}
 		return false
 	})
-	if err != nil {
-		return err
-	}
 	if ctx.Err() != nil {
 		return nil // the caller's context ended: not an attempt; the caller will say why
 	}

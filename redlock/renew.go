@@ -61,6 +61,13 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	if len(live) == 0 {
 		return out
 	}
+	if err := b.begin(); err != nil {
+		for _, j := range live {
+			out[j].Err = err
+		}
+		return out
+	}
+	defer b.ops.Done()
 	// A node not identified yet is asked again (at most once a second, without waiting for
 	// another call's check), so that its confirmations count once it has answered.
 	if err := b.identify(ctx, timeout); err != nil {
@@ -80,7 +87,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	start := time.Now()
 	tallies := make([]renewTally, len(live))
 	undecided := len(live)
-	pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) ([]renewReply, error) {
+	pending := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) ([]renewReply, error) {
 		out := renewOn(ctx, nd.c, keys, args)
 		if err := ctx.Err(); err != nil {
 			return nil, err // the node timeout or ctx: fanOut tells which
@@ -118,12 +125,6 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 		}
 		return undecided == 0
 	})
-	if err != nil {
-		for _, j := range live {
-			out[j].Err = err
-		}
-		return out
-	}
 	elapsed := time.Since(start)
 	timedOut := b.timedOut(ctx, pending)
 
@@ -193,7 +194,7 @@ func (b *Backend) retake(ctx context.Context, retake map[int][]int, live []int, 
 		idx = append(idx, i)
 	}
 	retention := b.retention
-	_, _ = fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
+	fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
 		ks := retake[nd.i]
 		keys := make([][]string, len(ks))
 		args := make([][]any, len(ks))
