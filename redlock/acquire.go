@@ -42,16 +42,19 @@ func parseAcquire(v []any) (acquireReply, error) {
 }
 
 // Acquire implements fencelock.Backend. It asks every node at once, each bounded by the node
-// timeout, and holds the lock when a majority granted it with validity left: the TTL minus the
-// time since the first request was sent, minus the drift allowance. A first acquisition then
-// writes its fencing token back to a majority before returning it. When the lock is not
-// obtained, the hold is released again on every node that may have granted it, including those
-// that did not answer, on a fresh short context.
+// timeout, and holds the lock when a majority granted it in time: before the TTL less the
+// drift allowance had passed since the requests were sent. Its Grant.Validity is the TTL,
+// counted from that send, which Grant.Elapsed places after the call began (the first call
+// also asks the nodes for their run_id first). A first acquisition then writes its fencing
+// token back to a majority before returning it. When the lock is not obtained, the hold is
+// released again on every node that may have granted it, including those that did not
+// answer, on a fresh context bounded by the node timeout.
 //
 // The error is a *fencelock.HeldError when other owners hold enough nodes to deny a majority,
 // a *QuorumError when too many nodes failed, an error matching ErrValidityExpired when the
 // time ran out, and one matching ctx.Err() when ctx ended.
 func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+	called := time.Now()
 	if err := b.usable(req.Name); err != nil {
 		return fencelock.Grant{}, err
 	}
@@ -128,7 +131,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		}
 		return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Remaining: b.heldRemaining(replies, answered, granted)}
 	}
-	if elapsed := time.Since(start); elapsed >= req.TTL-drift(req.TTL) {
+	if elapsed := time.Since(start); late(elapsed, req.TTL) {
 		b.undo(ctx, req, fl, mayHold(), timeout)
 		return fencelock.Grant{}, fmt.Errorf("%w: %q: a majority granted it after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
 	}
@@ -159,13 +162,11 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		}
 	}
 
-	elapsed := time.Since(start)
-	validity := req.TTL - elapsed - drift(req.TTL)
-	if validity <= 0 {
+	if elapsed := time.Since(start); late(elapsed, req.TTL) {
 		b.undo(ctx, req, fl, b.all, timeout)
 		return fencelock.Grant{}, fmt.Errorf("%w: %q: the token was written after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
 	}
-	return fencelock.Grant{Token: token, Count: count, Validity: validity}, nil
+	return fencelock.Grant{Token: token, Count: count, Validity: req.TTL, Elapsed: start.Sub(called)}, nil
 }
 
 // propose returns the token this Backend proposes for its next first acquisition: the clock

@@ -208,6 +208,12 @@ func (b *Backend) usable(name string) error {
 // this process and the nodes (1%) and timer granularity (2ms), as the Client counts it.
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
+// late reports whether a grant or renewal confirmed elapsed after its requests were sent
+// leaves no validity: the nodes keep the lock a TTL from then, and the Client trusts it for
+// the TTL less the drift allowance (backend.go). Redlock refuses it by the Client's own rule,
+// so that a lock it returns is one the Client can use.
+func late(elapsed, ttl time.Duration) bool { return elapsed >= ttl-drift(ttl) }
+
 // timeout returns the node timeout for a call with this TTL.
 func (b *Backend) timeout(ttl time.Duration) time.Duration {
 	if b.nodeTimeout > 0 {
