@@ -24,11 +24,11 @@
 // nodes go on in the background. An operation returns by its context's deadline, plus at most
 // one node timeout when it must clean up after itself (the release of a failed acquisition's
 // grants, which must not be left behind, or of a lock a release left on a node). One owner's
-// calls on one lock keep their order node by node: a release, or a reentrant acquire, on a
-// node waits until the owner's acquire call before it there has returned, so that it cannot
-// overtake it. Close is final: it waits for the operations under way and then for the calls
-// they left in the background, and every call after it fails with an error matching
-// fencelock.ErrClosed.
+// calls on one lock keep their order node by node: a release, a reentrant acquire or a token
+// write on a node waits until the owner's acquire call or token write before it there has
+// returned, so that it cannot overtake it.
+// Close is final: it waits for the operations under way and then for the calls they left in
+// the background, and every call after it fails with an error matching fencelock.ErrClosed.
 //
 // Acquire takes the lock on every node it can. The lock holds when a majority, N/2+1, granted
 // it before the TTL less the drift allowance (TTL/100 + 2ms) had passed since the requests
@@ -82,8 +82,20 @@
 // client clock behind another's, or counters raised by hand), the acquisition takes a second
 // round: the candidate is max(greatest counter read + 1, greatest server clock read in µs),
 // written back to every node with a set-if-greater script; a node whose counter is already at
-// or beyond the candidate makes it take that counter plus one and write again. A reentrant
-// acquisition keeps the holder's token and costs none.
+// or beyond the candidate makes it take that counter plus one and write again. Each write
+// waits, on its node, for the acquire call there, and records the token in the lock: the nodes
+// agree on it.
+//
+// A reentrant acquisition keeps the holder's token, at no cost, when a majority of the nodes
+// keep the owner's lock from before with that token (and no greater fence counter): then no
+// other owner can have held the lock since. One node's memory is not enough: with an owner
+// reused across acquisitions (fencelock.WithOwner), a node that a release did not reach keeps
+// the owner's old lock, other owners may take the lock on the other nodes with greater tokens,
+// and that node would grant the owner's next acquisition as a second hold of the old one. When
+// the nodes disagree, the acquisition waits for the others as long as they could still make a
+// majority for one token; failing that, it is a first acquisition: a new token (by the
+// proposal or a token round), a new lock whose one hold is this one, and the nodes that kept
+// the owner's old lock drop its holds.
 //
 // What this guarantees: no two acquisitions get a majority to store the same token (two
 // majorities share a node, and the second write there finds the counter at the token already),
