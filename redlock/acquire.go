@@ -42,39 +42,97 @@ func parseAcquire(v []any) (acquireReply, error) {
 }
 
 // Acquire implements fencelock.Backend. It asks every node at once, each bounded by the node
-// timeout, and holds the lock when a majority granted it with validity left: the TTL minus the
-// time since the first request was sent, minus the drift allowance. A first acquisition then
-// writes its fencing token back to a majority before returning it. When the lock is not
-// obtained, the hold is released again on every node that may have granted it, including those
-// that did not answer, on a fresh short context.
+// timeout, and holds the lock when a majority granted it in time: before the TTL less the
+// drift allowance had passed since the requests were sent. Its Grant.Validity is the TTL,
+// counted from that send, which Grant.Elapsed places after the call began (the first call
+// also asks the nodes for their run_id first). A first acquisition then writes its fencing
+// token back to a majority before returning it, and so does a reentrant one whose nodes do not
+// agree on the lock's token (see agree). When the lock is not obtained, the hold is released
+// again on every node that may have granted it, including those that did not answer, on a
+// fresh context bounded by the node timeout.
 //
 // The error is a *fencelock.HeldError when other owners hold enough nodes to deny a majority,
 // a *QuorumError when too many nodes failed, an error matching ErrValidityExpired when the
 // time ran out, and one matching ctx.Err() when ctx ended.
 func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+	called := time.Now()
 	if err := b.usable(req.Name); err != nil {
 		return fencelock.Grant{}, err
 	}
 	if err := b.checkTTL(req.TTL); err != nil {
 		return fencelock.Grant{}, err
 	}
+	if err := b.begin(); err != nil {
+		return fencelock.Grant{}, err
+	}
+	defer b.ops.Done()
 	timeout := b.timeout(req.TTL)
 	if err := b.identify(ctx, timeout); err != nil {
 		return fencelock.Grant{}, err
 	}
+	proposal := b.propose()
+	start := time.Now()
+	fl, prev := b.flights.start(req.Name, req.Owner, len(b.nodes))
+	r, pending := b.acquireRound(ctx, req, proposal, fl, prev, timeout)
+	r.failed = append(r.failed, b.timedOut(ctx, pending)...)
+
+	n, q := len(b.nodes), b.quorum
+	switch {
+	case ctx.Err() != nil:
+		b.undo(ctx, req, fl, r.mayHold(), timeout)
+		return fencelock.Grant{}, ctxErr("acquire", req.Name, ctx.Err())
+	case r.granted < q && len(r.failed) > n-q:
+		b.undo(ctx, req, fl, r.mayHold(), timeout)
+		return fencelock.Grant{}, &QuorumError{Op: "acquire", Name: req.Name, Granted: r.granted, Needed: q, Nodes: r.failed}
+	case r.granted < q:
+		b.undo(ctx, req, fl, r.mayHold(), timeout)
+		return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Remaining: b.heldRemaining(r)}
+	}
+	if elapsed := time.Since(start); late(elapsed, req.TTL) {
+		b.undo(ctx, req, fl, r.mayHold(), timeout)
+		return fencelock.Grant{}, fmt.Errorf("%w: %q: a majority granted it after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
+	}
+
+	a := r.agree(q, proposal)
+	token, count := a.token, a.count
+	switch {
+	case token == 0:
+		var err error
+		if token, err = b.fence(ctx, req, r, timeout); err != nil {
+			b.undo(ctx, req, b.flights.get(req.Name, req.Owner), b.all, timeout)
+			return fencelock.Grant{}, err
+		}
+		count = 1
+	case len(a.others) > 0:
+		b.writeBack(ctx, req, a, timeout)
+	}
+	if elapsed := time.Since(start); late(elapsed, req.TTL) {
+		b.undo(ctx, req, b.flights.get(req.Name, req.Owner), b.all, timeout)
+		return fencelock.Grant{}, fmt.Errorf("%w: %q: the token was written after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
+	}
+	return fencelock.Grant{Token: token, Count: count, Validity: req.TTL, Elapsed: start.Sub(called)}, nil
+}
+
+// acquireRound is what the nodes answered to one acquisition's requests.
+type acquireRound struct {
+	replies  []acquireReply
+	answered []bool // by node: it granted or refused
+	counts   []bool // by node: it granted, and its grant counts towards the majority
+	granted  int    // nodes whose grant counts
+	held     int    // nodes held by another owner
+	failed   []*NodeError
+}
+
+// acquireRound sends the acquisition to every node. Each call waits first for the owner's
+// acquire call before it on its node (prev), and lands in fl when it returns. It returns as
+// soon as the outcome is decided (see settled), with the nodes that had not answered then.
+func (b *Backend) acquireRound(ctx context.Context, req fencelock.Request, proposal int64, fl, prev *flight, timeout time.Duration) (*acquireRound, []int) {
+	n, q := len(b.nodes), b.quorum
+	r := &acquireRound{replies: make([]acquireReply, n), answered: make([]bool, n), counts: make([]bool, n)}
 	keys := b.keys(req.Name)
 	ttl := req.TTL.Milliseconds()
-	n, q := len(b.nodes), b.quorum
-	proposal := b.propose()
 	retention := max(b.retention, req.TTL).Milliseconds()
-
-	start := time.Now()
-	replies := make([]acquireReply, n)
-	answered := make([]bool, n)
-	var granted, held int
-	var failed []*NodeError
-	fl, prev := b.flights.start(req.Name, req.Owner, n)
-	pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (acquireReply, error) {
+	pending := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (acquireReply, error) {
 		defer b.flights.land(req.Name, req.Owner, fl, nd.i)
 		if err := prev.wait(ctx, nd.i); err != nil {
 			return acquireReply{}, err
@@ -84,87 +142,106 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 			return acquireReply{}, err
 		}
 		return parseAcquire(v)
-	}, func(r reply[acquireReply]) bool {
-		if r.err != nil {
-			failed = append(failed, b.nodeErr(r.node, r.err))
-			return len(failed) > n-q
+	}, func(rep reply[acquireReply]) bool {
+		switch {
+		case rep.err != nil:
+			r.failed = append(r.failed, b.nodeErr(rep.node, rep.err))
+		case !rep.v.granted:
+			r.replies[rep.node], r.answered[rep.node] = rep.v, true
+			r.held++
+		case !b.ident.seen(rep.node):
+			r.replies[rep.node], r.answered[rep.node] = rep.v, true
+			r.failed = append(r.failed, b.nodeErr(rep.node, errUnidentified))
+		default:
+			r.replies[rep.node], r.answered[rep.node], r.counts[rep.node] = rep.v, true, true
+			r.granted++
 		}
-		replies[r.node], answered[r.node] = r.v, true
-		if r.v.granted && !b.ident.seen(r.node) {
-			failed = append(failed, b.nodeErr(r.node, errUnidentified))
-			return len(failed) > n-q
-		}
-		if r.v.granted {
-			granted++
-			return granted >= q
-		}
-		held++
-		return held > n-q
+		unknown := n - r.granted - r.held - len(r.failed)
+		return len(r.failed) > n-q || r.held > n-q || r.settled(q, unknown, proposal)
 	})
-	if err != nil {
-		b.flights.forget(req.Name, req.Owner, fl, prev) // no call was made
-		return fencelock.Grant{}, err
-	}
-	failed = append(failed, b.timedOut(ctx, pending)...)
+	return r, pending
+}
 
-	// The nodes that may hold this hold now: all but those that said another owner holds it.
-	mayHold := func() []int {
-		var idx []int
-		for i := range n {
-			if !answered[i] || replies[i].granted {
-				idx = append(idx, i)
-			}
+// mayHold returns the nodes that may hold the acquisition's hold now: all but those that said
+// another owner holds it.
+func (r *acquireRound) mayHold() []int {
+	var idx []int
+	for i := range r.replies {
+		if !r.answered[i] || r.replies[i].granted {
+			idx = append(idx, i)
 		}
-		return idx
 	}
-	if ctx.Err() != nil {
-		b.undo(ctx, req, fl, mayHold(), timeout)
-		return fencelock.Grant{}, ctxErr("acquire", req.Name, ctx.Err())
-	}
-	if granted < q {
-		b.undo(ctx, req, fl, mayHold(), timeout)
-		if len(failed) > n-q {
-			return fencelock.Grant{}, &QuorumError{Op: "acquire", Name: req.Name, Granted: granted, Needed: q, Nodes: failed}
-		}
-		return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Remaining: b.heldRemaining(replies, answered, granted)}
-	}
-	if elapsed := time.Since(start); elapsed >= req.TTL-drift(req.TTL) {
-		b.undo(ctx, req, fl, mayHold(), timeout)
-		return fencelock.Grant{}, fmt.Errorf("%w: %q: a majority granted it after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
-	}
+	return idx
+}
 
-	// A reentrant acquisition keeps the holder's token. A first one has its token when every
-	// node that granted it stored the proposal; else it makes one in a token round.
-	count, token := 0, int64(0)
-	proposed := proposal > 0
-	for i, r := range replies {
-		if answered[i] && r.granted {
-			count = max(count, r.count)
-			if r.count > 1 {
-				token = max(token, r.token)
-			} else if r.token != proposal {
-				proposed = false
-			}
-		}
-	}
-	if token == 0 && proposed {
-		token = proposal
-	}
-	if token == 0 {
-		token, err = b.fence(ctx, req, keys, replies, answered, timeout)
-		if err != nil {
-			b.undo(ctx, req, fl, b.all, timeout)
-			return fencelock.Grant{}, err
-		}
-	}
+// An agreement is what the nodes that granted an acquisition say its token is.
+type agreement struct {
+	token  int64 // 0: none; a token round makes one
+	count  int   // the hold count a majority keeps
+	kept   bool  // the token is the lock's from before this acquisition, not the proposal
+	others []int // the granting nodes whose lock does not carry the token
+}
 
-	elapsed := time.Since(start)
-	validity := req.TTL - elapsed - drift(req.TTL)
-	if validity <= 0 {
-		b.undo(ctx, req, fl, b.all, timeout)
-		return fencelock.Grant{}, fmt.Errorf("%w: %q: the token was written after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
+// agree returns the token a majority of the granting nodes agree on. A grant may carry the
+// token of the owner's lock from before (a reentrant grant) only when a majority keep that
+// lock, with that token and no greater fence counter: a node that alone kept an old lock of
+// the owner (a release did not reach it) must not bring its token back, since other owners may
+// have taken the lock on the other nodes since, with greater tokens. A first acquisition has
+// its token when a majority stored the proposal. Anything else takes a token round.
+func (r *acquireRound) agree(q int, proposal int64) agreement {
+	token, voters, fresh := r.tally(proposal)
+	var a agreement
+	switch {
+	case len(voters) >= q:
+		counts := make([]int, len(voters))
+		for k, i := range voters {
+			counts[k] = r.replies[i].count
+		}
+		slices.SortFunc(counts, func(x, y int) int { return y - x })
+		a = agreement{token: token, count: counts[q-1], kept: true}
+	case len(fresh) >= q:
+		a = agreement{token: proposal, count: 1}
+	default:
+		return agreement{}
 	}
-	return fencelock.Grant{Token: token, Count: count, Validity: validity}, nil
+	for i, rep := range r.replies {
+		if r.counts[i] && (rep.token != a.token || (!a.kept && rep.count != 1)) {
+			a.others = append(a.others, i)
+		}
+	}
+	return a
+}
+
+// tally returns the token that most granting nodes keep the owner's lock from before with, and
+// those nodes, and the granting nodes that stored the proposal in a first hold.
+func (r *acquireRound) tally(proposal int64) (token int64, voters, fresh []int) {
+	votes := make(map[int64][]int)
+	for i, rep := range r.replies {
+		switch {
+		case !r.counts[i]:
+		case rep.count >= 2 && rep.token > 0 && rep.counter <= rep.token:
+			votes[rep.token] = append(votes[rep.token], i)
+		case rep.count == 1 && proposal > 0 && rep.token == proposal:
+			fresh = append(fresh, i)
+		}
+	}
+	for t, v := range votes {
+		if len(v) > len(voters) || (len(v) == len(voters) && t > token) {
+			token, voters = t, v
+		}
+	}
+	return token, voters, fresh
+}
+
+// settled reports whether an acquisition that has a majority of grants knows its token, or
+// knows that it needs a token round, with unknown nodes still to answer: while the granting
+// nodes disagree and the others could still make a majority for one token, it waits for them.
+func (r *acquireRound) settled(q, unknown int, proposal int64) bool {
+	if r.granted < q {
+		return false
+	}
+	_, voters, fresh := r.tally(proposal)
+	return len(voters) >= q || len(fresh) >= q || (len(voters)+unknown < q && len(fresh)+unknown < q)
 }
 
 // propose returns the token this Backend proposes for its next first acquisition: the clock
@@ -186,36 +263,38 @@ func (b *Backend) propose() int64 {
 // heldRemaining is how long until the holders' keys have expired on enough nodes for a
 // majority to be free: with g nodes granted, the (quorum-g)-th shortest remaining TTL among
 // the nodes held by others.
-func (b *Backend) heldRemaining(replies []acquireReply, answered []bool, granted int) time.Duration {
+func (b *Backend) heldRemaining(r *acquireRound) time.Duration {
 	var pttls []time.Duration
-	for i, r := range replies {
-		if answered[i] && !r.granted {
-			pttls = append(pttls, r.pttl)
+	for i, rep := range r.replies {
+		if r.answered[i] && !rep.granted {
+			pttls = append(pttls, rep.pttl)
 		}
 	}
 	if len(pttls) == 0 {
 		return 0
 	}
 	slices.Sort(pttls)
-	k := min(max(b.quorum-granted, 1), len(pttls))
+	k := min(max(b.quorum-r.granted, 1), len(pttls))
 	return pttls[k-1]
 }
 
-// fence makes the fencing token of a first acquisition and writes it back to a majority. The
-// candidate is the greatest counter read in the acquire round plus one, or the greatest
-// server clock read then, whichever is greater; a round that meets a counter at or beyond it
-// takes that counter plus one and writes again.
-func (b *Backend) fence(ctx context.Context, req fencelock.Request, keys []string, replies []acquireReply, answered []bool, timeout time.Duration) (int64, error) {
+// fence makes a new fencing token and writes it back to a majority. The candidate is above
+// every counter and token the acquire round read, and at least the greatest server clock read
+// then; a round that meets a counter at or beyond it takes that counter plus one and writes
+// again. Each write waits, on its node, for the acquisition's acquire call there (the owner's
+// flight before it), so that the lock exists there when the write records the token in it.
+func (b *Backend) fence(ctx context.Context, req fencelock.Request, r *acquireRound, timeout time.Duration) (int64, error) {
 	var token int64
-	for i, r := range replies {
-		if answered[i] {
-			token = max(token, r.counter+1)
+	for i, rep := range r.replies {
+		if r.answered[i] {
+			token = max(token, rep.counter+1, rep.token+1)
 			if b.timeTokens {
-				token = max(token, r.now)
+				token = max(token, rep.now)
 			}
 		}
 	}
 	n, q := len(b.nodes), b.quorum
+	keys := b.keys(req.Name)
 	retention := max(b.retention, req.TTL).Milliseconds()
 	var last *QuorumError
 	for range fenceRounds {
@@ -223,34 +302,28 @@ func (b *Backend) fence(ctx context.Context, req fencelock.Request, keys []strin
 		var written, conflicts int
 		var beyond int64
 		var failed []*NodeError
-		pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (int64, error) {
-			v, err := fenceScript.Run(ctx, nd.c, keys, req.Owner, arg, retention).Int64Slice()
-			if err != nil {
+		// The writes are a flight of their own, which the owner's later calls on the lock wait
+		// for node by node: a write that lands after them would take a hold they made.
+		wf, prev := b.flights.start(req.Name, req.Owner, n)
+		pending := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (int64, error) {
+			defer b.flights.land(req.Name, req.Owner, wf, nd.i)
+			if err := prev.wait(ctx, nd.i); err != nil {
 				return 0, err
 			}
-			if len(v) != 2 {
-				return 0, fmt.Errorf("%w: unexpected token reply %v", fencelock.ErrUnavailable, v)
-			}
-			if v[0] == 1 {
-				return -1, nil
-			}
-			return v[1], nil // the counter that was at or beyond the candidate
-		}, func(r reply[int64]) bool {
+			return writeToken(ctx, nd, keys, req, arg, retention)
+		}, func(rep reply[int64]) bool {
 			switch {
-			case r.err != nil:
-				failed = append(failed, b.nodeErr(r.node, r.err))
+			case rep.err != nil:
+				failed = append(failed, b.nodeErr(rep.node, rep.err))
 				return len(failed) > n-q
-			case r.v >= 0:
+			case rep.v >= 0:
 				conflicts++
-				beyond = max(beyond, r.v)
+				beyond = max(beyond, rep.v)
 				return true
 			}
 			written++
 			return written >= q
 		})
-		if err != nil {
-			return 0, err
-		}
 		if ctx.Err() != nil {
 			return 0, ctxErr("acquire", req.Name, ctx.Err())
 		}
@@ -270,9 +343,45 @@ func (b *Backend) fence(ctx context.Context, req fencelock.Request, keys []strin
 	return 0, last
 }
 
+// writeToken runs fence.lua on one node: -1 when the counter now holds the token, else the
+// counter that was at or beyond it.
+func writeToken(ctx context.Context, nd *node, keys []string, req fencelock.Request, token string, retention int64) (int64, error) {
+	v, err := fenceScript.Run(ctx, nd.c, keys, req.Owner, token, retention, req.Hold).Int64Slice()
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 2 {
+		return 0, fmt.Errorf("%w: unexpected token reply %v", fencelock.ErrUnavailable, v)
+	}
+	if v[0] == 1 {
+		return -1, nil
+	}
+	return v[1], nil
+}
+
+// writeBack makes the granting nodes that disagree with the majority's token carry it, so that
+// every node names the lock alike (Inspect, a renewal's take-back and a later reentrant grant
+// read it): a lock kept from before takes its token (record.lua); one whose token is this
+// acquisition's proposal takes it as a new lock, as a token round writes it. It is best
+// effort: the token stands on the majority.
+func (b *Backend) writeBack(ctx context.Context, req fencelock.Request, a agreement, timeout time.Duration) {
+	ctx, cancel := cleanupContext(ctx, timeout)
+	defer cancel()
+	keys := b.keys(req.Name)
+	arg := strconv.FormatInt(a.token, 10)
+	retention := max(b.retention, req.TTL).Milliseconds()
+	fanOut(ctx, b, a.others, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
+		if a.kept {
+			return struct{}{}, recordScript.Run(ctx, nd.c, keys, req.Owner, arg, retention).Err()
+		}
+		_, err := writeToken(ctx, nd, keys, req, arg, retention)
+		return struct{}{}, err
+	}, func(reply[struct{}]) bool { return false })
+}
+
 // undo releases the hold of a failed acquisition on the nodes idx, on a fresh context bounded
 // by the node timeout, and waits until they answered or the timeout passed. On each node it
-// waits first for the acquire call of fl there.
+// waits first for the call of fl there: the acquire call, or the token write after it.
 func (b *Backend) undo(ctx context.Context, req fencelock.Request, fl *flight, idx []int, timeout time.Duration) {
 	if len(idx) == 0 {
 		return
@@ -280,7 +389,7 @@ func (b *Backend) undo(ctx context.Context, req fencelock.Request, fl *flight, i
 	ctx, cancel := cleanupContext(ctx, timeout)
 	defer cancel()
 	keys := []string{b.Key(req.Name)}
-	_, _ = fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
+	fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
 		if err := fl.wait(ctx, nd.i); err != nil {
 			return struct{}{}, err
 		}

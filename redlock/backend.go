@@ -32,11 +32,13 @@ type Backend struct {
 
 	ident identity
 
-	mu      sync.RWMutex // guards closed against calls.Add
-	closed  bool
-	calls   sync.WaitGroup // node calls in flight, also those an operation stopped waiting for
-	workers *workers       // run the node calls
-	flights flights        // acquire calls that may still run after their Acquire returned
+	mu        sync.RWMutex // guards closed against ops.Add
+	closed    bool
+	closeDone chan struct{}  // closed when the first Close has finished
+	ops       sync.WaitGroup // operations under way (Acquire, Renew, ...)
+	calls     sync.WaitGroup // node calls in flight, also those an operation stopped waiting for
+	workers   *workers       // run the node calls
+	flights   flights        // acquire calls that may still run after their Acquire returned
 
 	lastProposal atomic.Int64 // the last token proposed (see propose)
 }
@@ -90,7 +92,7 @@ func WithShardedPubSub(on bool) Option { return func(b *Backend) { b.sharded = &
 // client twice; two different clients to one server can only be told apart by asking the
 // servers, which the first acquisition does (INFO server run_id).
 func New(clients []redisbackend.Client, opts ...Option) *Backend {
-	b := &Backend{prefix: "fencelock:", retention: 24 * time.Hour, timeTokens: true, workers: newWorkers()}
+	b := &Backend{prefix: "fencelock:", retention: 24 * time.Hour, timeTokens: true, workers: newWorkers(), closeDone: make(chan struct{})}
 	for _, o := range opts {
 		if o != nil {
 			o(b)
@@ -142,6 +144,7 @@ func (b *Backend) configure(clients []redisbackend.Client) error {
 	}
 	b.ident.ids = make([][]string, n)
 	b.ident.known = make([]atomic.Bool, n)
+	b.ident.turn = make(chan struct{}, 1)
 	return nil
 }
 
@@ -205,6 +208,12 @@ func (b *Backend) usable(name string) error {
 // this process and the nodes (1%) and timer granularity (2ms), as the Client counts it.
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
+// late reports whether a grant or renewal confirmed elapsed after its requests were sent
+// leaves no validity: the nodes keep the lock a TTL from then, and the Client trusts it for
+// the TTL less the drift allowance (backend.go). Redlock refuses it by the Client's own rule,
+// so that a lock it returns is one the Client can use.
+func late(elapsed, ttl time.Duration) bool { return elapsed >= ttl-drift(ttl) }
+
 // timeout returns the node timeout for a call with this TTL.
 func (b *Backend) timeout(ttl time.Duration) time.Duration {
 	if b.nodeTimeout > 0 {
@@ -229,30 +238,43 @@ func (b *Backend) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-// Close ends the release subscriptions on every node and waits until the node calls still in
-// flight have returned; calls made after Close fail with an error matching
-// fencelock.ErrClosed. Close the Clients over the Backend first: their locks are not
-// released. Close is idempotent.
+// Close waits for the operations under way to return, ends the release subscriptions on every
+// node and waits until the node calls still in flight have returned; calls made after Close
+// fail with an error matching fencelock.ErrClosed. Close the Clients over the Backend first:
+// their locks are not released. Close may be called more than once, also concurrently: every
+// call returns once the first has finished.
 func (b *Backend) Close() error {
 	b.mu.Lock()
+	first := !b.closed
 	b.closed = true
 	b.mu.Unlock()
+	if !first {
+		<-b.closeDone
+		return nil
+	}
+	// An operation under way runs to its end: an acquisition cut off between its rounds would
+	// leave its grants on the nodes, and a WatchRelease would subscribe on a node whose
+	// subscriptions were ended already, with nothing left to end its own.
+	b.ops.Wait()
 	for _, n := range b.nodes {
 		n.watch.Close()
 	}
 	b.calls.Wait()
 	b.workers.close()
+	close(b.closeDone)
 	return nil
 }
 
-// enter registers k node calls, unless the Backend is closed.
-func (b *Backend) enter(k int) error {
+// begin registers an operation, unless the Backend is closed; the caller calls b.ops.Done
+// when it returns. Node calls are made within operations only, so that none starts once
+// Close has seen the operations end.
+func (b *Backend) begin() error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
 		return errClosed
 	}
-	b.calls.Add(k)
+	b.ops.Add(1)
 	return nil
 }
 
@@ -265,7 +287,7 @@ type reply[T any] struct {
 
 // fanOut runs call on each node of idx in a goroutine of its own, each bounded by timeout
 // (none when timeout is 0: ctx alone), and hands every reply to settle in the caller's
-// goroutine as it arrives. It returns when every node has answered, when timeout passes or
+// goroutine as it arrives. It is called within an operation (begin). It returns when every node has answered, when timeout passes or
 // when ctx ends, with the nodes that had not answered then: their calls go on in the
 // background until their own timeout ends them, and Close waits for them.
 //
@@ -280,10 +302,8 @@ type reply[T any] struct {
 // A node's error arrives classified: ErrNodeTimeout when the node timeout ended it, ctx.Err()
 // when ctx did, otherwise wrapped in fencelock.ErrUnavailable or fencelock.ErrInvalid.
 func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Duration, wait waiting,
-	call func(ctx context.Context, n *node) (T, error), settle func(r reply[T]) bool) (pending []int, err error) {
-	if err := b.enter(len(idx)); err != nil {
-		return nil, err
-	}
+	call func(ctx context.Context, n *node) (T, error), settle func(r reply[T]) bool) (pending []int) {
+	b.calls.Add(len(idx)) // within an operation (begin), so before Close waits for calls
 	start := time.Now()
 	ch := make(chan reply[T], len(idx)) // buffered: a straggler never blocks
 	// One context bounds every node's call: the calls start together, and one timer is
@@ -299,7 +319,7 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 	}
 	for _, i := range idx {
 		n := b.nodes[i]
-		b.workers.run(func() {
+		ran := b.workers.run(func() {
 			defer b.calls.Done()
 			v, err := call(nctx, n)
 			if err != nil {
@@ -315,6 +335,11 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 			calls.done()
 			ch <- reply[T]{node: n.i, v: v, err: err}
 		})
+		if !ran { // the workers are closed: no goroutine starts after Close
+			b.calls.Done()
+			calls.done()
+			ch <- reply[T]{node: n.i, err: errClosed}
+		}
 	}
 	var expired <-chan time.Time
 	if timeout > 0 {
@@ -331,7 +356,7 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 			answered[r.node] = true
 			if settle(r) && got < len(idx) && !decided {
 				if wait == decide {
-					return unanswered(idx, answered), nil
+					return unanswered(idx, answered)
 				}
 				decided = true
 				grace := time.NewTimer(max(time.Since(start), graceMin))
@@ -339,12 +364,12 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 				expired = grace.C
 			}
 		case <-expired:
-			return unanswered(idx, answered), nil
+			return unanswered(idx, answered)
 		case <-ctx.Done():
-			return unanswered(idx, answered), nil
+			return unanswered(idx, answered)
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 // pendingCalls counts the node calls of a fan-out still running; the last cancels their context.

@@ -158,7 +158,7 @@ func TestForceReleaseAndList(t *testing.T) {
 		t.Fatalf("listed %q", names)
 	}
 	info, err := b.ForceRelease(ctx, "job:a")
-	if err != nil || !info.Held || info.Owner != locks[1-1].Owner() {
+	if err != nil || !info.Held || info.Owner != locks[0].Owner() {
 		t.Fatalf("ForceRelease: %+v %v", info, err)
 	}
 	select {

@@ -21,14 +21,20 @@
 // script per node; the nodes are asked in parallel, each bounded by the node timeout
 // (WithNodeTimeout; by default min(50ms, TTL/10)). An operation returns as soon as a majority
 // decided its outcome, so one slow or stopped node delays nothing: the calls to the other
-// nodes go on in the background (Close waits for them). One owner's calls on one lock keep
-// their order node by node: a release, or a reentrant acquire, on a node waits until the
-// owner's acquire call before it there has returned, so that it cannot overtake it.
+// nodes go on in the background. An operation returns by its context's deadline, plus at most
+// one node timeout when it must clean up after itself (the release of a failed acquisition's
+// grants, which must not be left behind, or of a lock a release left on a node). One owner's
+// calls on one lock keep their order node by node: a release, a reentrant acquire or a token
+// write on a node waits until the owner's acquire call or token write before it there has
+// returned, so that it cannot overtake it.
+// Close is final: it waits for the operations under way and then for the calls they left in
+// the background, and every call after it fails with an error matching fencelock.ErrClosed.
 //
 // Acquire takes the lock on every node it can. The lock holds when a majority, N/2+1, granted
-// it and validity is left: the TTL minus the time since the first request was sent, minus the
-// drift allowance (TTL/100 + 2ms). Otherwise the hold is released again on every node that
-// may have granted it, those that did not answer included, and the error says why: a
+// it before the TTL less the drift allowance (TTL/100 + 2ms) had passed since the requests
+// were sent: the Client's own rule, so that Redlock refuses no grant the Client would take.
+// Otherwise the hold is released again on every node that may have granted it, those that
+// did not answer included, and the error says why: a
 // *fencelock.HeldError when other owners hold enough nodes to deny a majority (Remaining is how
 // long until enough of their keys expire), a *QuorumError (matching fencelock.ErrUnavailable,
 // with a *NodeError per failed node) when too many nodes failed, ErrValidityExpired (also
@@ -36,13 +42,21 @@
 // time ran out, and the context's error when the context ended. The Client retries after a
 // release notification or the holder's remaining TTL.
 //
-// Grant.Validity and Renewal.Validity are TTL − elapsed − drift. The Client counts them from
-// the moment it sent the request, which is before elapsed began, so it trusts the lock for
-// elapsed plus one drift allowance less than Redlock would: on the safe side, by a few
-// milliseconds on healthy nodes.
+// Grant.Validity and Renewal.Validity are the TTL, counted from the send, as the backend
+// contract has it (fencelock.Grant): each node that granted or extended the lock keeps it a TTL
+// after it received the request, and the requests went out after the moment the Client counts
+// from. Grant.Elapsed is how long the call ran before it sent them (the first call asks the
+// nodes for their run_id first). Neither is net of the round trips or of the drift allowance:
+// the Client subtracts the drift allowance once, and the round trips are behind the send. A
+// Client therefore trusts a lock for the TTL less the drift allowance from the send, however
+// slow the links, as long as the grant arrives within that time; to keep a lock, a renewal
+// must go out after the grant arrived and be back before then, so a round trip must stay below
+// half of that.
 //
-// Renew extends a batch of leases with one pipeline per node. A lease stays valid when a
-// majority extended it within the validity; it is lost (fencelock.ErrNotHeld) when a majority
+// Renew extends a batch of leases with one pipeline per node, and waits for the nodes as long
+// as the greatest node timeout of the batch's leases, so that a lease with a short TTL does not
+// cut short the wait for the others. A lease stays valid when a majority extended it within
+// the TTL less the drift allowance; it is lost (fencelock.ErrNotHeld) when a majority
 // says the owner no longer holds it; anything else is an unknown outcome the Client retries
 // until its validity deadline. A node that lost the key — restarted without persistence, or cut
 // off until the key expired there — gets it back for the same owner, token and count, but only
@@ -68,8 +82,20 @@
 // client clock behind another's, or counters raised by hand), the acquisition takes a second
 // round: the candidate is max(greatest counter read + 1, greatest server clock read in µs),
 // written back to every node with a set-if-greater script; a node whose counter is already at
-// or beyond the candidate makes it take that counter plus one and write again. A reentrant
-// acquisition keeps the holder's token and costs none.
+// or beyond the candidate makes it take that counter plus one and write again. Each write
+// waits, on its node, for the acquire call there, and records the token in the lock: the nodes
+// agree on it.
+//
+// A reentrant acquisition keeps the holder's token, at no cost, when a majority of the nodes
+// keep the owner's lock from before with that token (and no greater fence counter): then no
+// other owner can have held the lock since. One node's memory is not enough: with an owner
+// reused across acquisitions (fencelock.WithOwner), a node that a release did not reach keeps
+// the owner's old lock, other owners may take the lock on the other nodes with greater tokens,
+// and that node would grant the owner's next acquisition as a second hold of the old one. When
+// the nodes disagree, the acquisition waits for the others as long as they could still make a
+// majority for one token; failing that, it is a first acquisition: a new token (by the
+// proposal or a token round), a new lock whose one hold is this one, and the nodes that kept
+// the owner's old lock drop its holds.
 //
 // What this guarantees: no two acquisitions get a majority to store the same token (two
 // majorities share a node, and the second write there finds the counter at the token already),
@@ -110,7 +136,7 @@
 // clients to one server cannot be told apart without asking the servers: the first acquisition
 // reads every node's INFO server run_id (every master's, for a Cluster) and fails with
 // fencelock.ErrInvalid, from then on, when two nodes share one. A node that did not answer
-// then is asked again by later calls, at most once a second, and its grants do not count
-// towards a majority until it has answered. A TTL that the node timeout and the drift allowance
-// leave no validity in is refused with fencelock.ErrInvalid.
+// then is asked again by later calls, at most once a second, and its grants and renewals do
+// not count towards a majority until it has answered. A TTL that the node timeout and the
+// drift allowance leave no validity in is refused with fencelock.ErrInvalid.
 package redlock

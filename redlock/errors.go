@@ -23,7 +23,7 @@ var (
 	// context.DeadlineExceeded: the caller's context did not end.
 	ErrNodeTimeout = fmt.Errorf("%w: redlock: no answer within the node timeout", fencelock.ErrUnavailable)
 
-	errUnidentified = fmt.Errorf("%w: redlock: the node granted, but has not yet told its run_id, so it cannot count towards the majority: it might be another node's server", fencelock.ErrUnavailable)
+	errUnidentified = fmt.Errorf("%w: redlock: the node has not yet told its run_id, so its answer cannot count towards the majority: it might be another node's server", fencelock.ErrUnavailable)
 
 	errClosed = fmt.Errorf("%w: the redlock backend was closed", fencelock.ErrClosed)
 )

@@ -5,13 +5,15 @@ import (
 	"sync"
 )
 
-// A flight is the acquire calls of one acquisition, which may still be running after Acquire
-// returned: fanOut returns as soon as a majority decided. The calls of one owner on one lock
-// keep their order node by node: a release waits, on each node, until the owner's last
-// acquire call there has returned, and an acquire (a reentrant one) waits for the owner's
-// acquire before it. Otherwise a release could overtake an acquire and leave the key behind
-// until its TTL ends, and a reentrant acquire could reach a node first and record its own
-// proposed token there instead of the one handed out.
+// A flight is the acquire calls of one acquisition, or the token writes of one round after
+// them, which may still be running after Acquire returned: fanOut returns as soon as a
+// majority decided. The calls of one owner on one lock keep their order node by node: a
+// release waits, on each node, until the owner's last flight there has landed, and an acquire
+// (a reentrant one) or a token write waits for the owner's flight before it. Otherwise a
+// release could overtake an acquire and leave the key behind until its TTL ends, a reentrant
+// acquire could reach a node first and record its own proposed token there instead of the one
+// handed out, a token write could reach a node before the lock and not record the token in
+// it, and a late token write could take a hold that a reentrant acquire made.
 type flight struct {
 	landed []chan struct{} // by node: closed when the acquire call there has returned
 	left   int             // calls not landed yet; guarded by flights.mu
@@ -50,21 +52,6 @@ func (fs *flights) land(name, owner string, f *flight, i int) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if f.left--; f.left == 0 && fs.m[flightKey{name, owner}] == f {
-		delete(fs.m, flightKey{name, owner})
-	}
-}
-
-// forget removes a flight whose calls were never made; the flight before it, if any, is the
-// owner's last again.
-func (fs *flights) forget(name, owner string, f, prev *flight) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if fs.m[flightKey{name, owner}] != f {
-		return
-	}
-	if prev != nil && prev.left > 0 {
-		fs.m[flightKey{name, owner}] = prev
-	} else {
 		delete(fs.m, flightKey{name, owner})
 	}
 }

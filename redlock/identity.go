@@ -18,18 +18,21 @@ import (
 // which would then count twice towards the majority. Each node's INFO server run_id (every
 // master's, for a Cluster node) must differ from every other node's.
 //
-// The first acquisition waits for the answers, bounded by the node timeout; a node that does
-// not answer is asked again by a later call, at most once per identifyEvery and without making
-// other calls wait, until every node has been seen. Until a node has been seen, its grants do
-// not count towards an acquisition's majority: it might be another node's server.
+// The first acquisition waits for the answers, bounded by the node timeout, and so do the
+// calls that come meanwhile, each as long as its context allows; a node that does not answer
+// is asked again by a later call, at most once per identifyEvery and without making other
+// calls wait, until every node has been seen. Until a node has been seen, its grants do not
+// count towards an acquisition's majority: it might be another node's server.
 type identity struct {
 	known     []atomic.Bool // per node: its run IDs are known
 	done      atomic.Bool   // every node's run IDs are known and distinct
 	attempted atomic.Bool   // the first check has run
 	dup       atomic.Value  // error: two nodes share a run ID; set once
-	mu        sync.Mutex    // guards ids and last; held during a check
-	ids       [][]string    // per node, its run IDs; nil while unknown
-	last      time.Time     // when the last check ran
+	// turn is held during a check and guards ids and last: a channel of one, not a mutex, so
+	// that a call waiting for another's check stops waiting when its context ends.
+	turn chan struct{}
+	ids  [][]string // per node, its run IDs; nil while unknown
+	last time.Time  // when the last check ran
 }
 
 const identifyEvery = time.Second
@@ -47,13 +50,19 @@ func (b *Backend) identify(ctx context.Context, timeout time.Duration) error {
 		return nil
 	}
 	if id.attempted.Load() {
-		if !id.mu.TryLock() {
+		select {
+		case id.turn <- struct{}{}:
+		default:
 			return id.failed() // another call is checking; do not wait for it
 		}
 	} else {
-		id.mu.Lock() // the first check: every call waits for it
+		select { // the first check: every call waits for it, as long as its context allows
+		case id.turn <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("redlock: waiting for the check that no two nodes are one server: %w", ctx.Err())
+		}
 	}
-	defer id.mu.Unlock()
+	defer func() { <-id.turn }()
 	if id.done.Load() || id.failed() != nil || (id.attempted.Load() && time.Since(id.last) < identifyEvery) {
 		return id.failed()
 	}
@@ -63,7 +72,7 @@ func (b *Backend) identify(ctx context.Context, timeout time.Duration) error {
 			missing = append(missing, i)
 		}
 	}
-	_, err := fanOut(ctx, b, missing, timeout, decide, func(ctx context.Context, nd *node) ([]string, error) {
+	fanOut(ctx, b, missing, timeout, decide, func(ctx context.Context, nd *node) ([]string, error) {
 		return runIDs(ctx, nd)
 	}, func(r reply[[]string]) bool {
 		if r.err == nil && len(r.v) > 0 {
@@ -71,9 +80,6 @@ func (b *Backend) identify(ctx context.Context, timeout time.Duration) error {
 		}
 		return false
 	})
-	if err != nil {
-		return err
-	}
 	if ctx.Err() != nil {
 		return nil // the caller's context ended: not an attempt; the caller will say why
 	}

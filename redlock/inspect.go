@@ -53,6 +53,15 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 	if err := b.usable(name); err != nil {
 		return fencelock.Info{}, err
 	}
+	if err := b.begin(); err != nil {
+		return fencelock.Info{}, err
+	}
+	defer b.ops.Done()
+	return b.inspect(ctx, name)
+}
+
+// inspect is Inspect within an operation already begun.
+func (b *Backend) inspect(ctx context.Context, name string) (fencelock.Info, error) {
 	if err := b.identify(ctx, forceTimeout); err != nil {
 		return fencelock.Info{}, err
 	}
@@ -60,7 +69,7 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 	infos := make([]nodeInfo, 0, len(b.nodes))
 	var failed []*NodeError
 	votes := make(map[string]int)
-	pending, err := fanOut(ctx, b, b.all, forceTimeout, read, func(ctx context.Context, nd *node) (nodeInfo, error) {
+	pending := fanOut(ctx, b, b.all, forceTimeout, read, func(ctx context.Context, nd *node) (nodeInfo, error) {
 		v, err := inspectScript.Run(ctx, nd.c, keys).Slice()
 		if err != nil {
 			return nodeInfo{}, err
@@ -83,9 +92,6 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 		left := len(b.nodes) - len(infos) - len(failed)
 		return len(infos) >= b.quorum && (most >= b.quorum || most+left < b.quorum)
 	})
-	if err != nil {
-		return fencelock.Info{}, err
-	}
 	if len(infos) < b.quorum {
 		if ctx.Err() != nil {
 			return fencelock.Info{}, ctxErr("inspect", name, ctx.Err())
@@ -139,11 +145,15 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, er
 	if b.err != nil {
 		return nil, b.err
 	}
+	if err := b.begin(); err != nil {
+		return nil, err
+	}
+	defer b.ops.Done()
 	match := globEscape(b.prefix+"{"+prefix) + "*}"
 	names := make(map[string]struct{})
 	var failed []*NodeError
 	scanned := 0
-	_, err := fanOut(ctx, b, b.all, 0, read, func(ctx context.Context, nd *node) ([]string, error) {
+	fanOut(ctx, b, b.all, 0, read, func(ctx context.Context, nd *node) ([]string, error) {
 		return b.scan(ctx, nd, match)
 	}, func(r reply[[]string]) bool {
 		if r.err != nil {
@@ -156,9 +166,6 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, er
 		}
 		return scanned >= b.quorum // a node that is down or slow does not hold the listing up
 	})
-	if err != nil {
-		return nil, err
-	}
 	if scanned < b.quorum {
 		if ctx.Err() != nil {
 			return nil, ctxErr("list", prefix, ctx.Err())
@@ -172,7 +179,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, er
 	slices.Sort(sorted)
 	var out []fencelock.Info
 	for _, n := range sorted {
-		info, err := b.Inspect(ctx, n)
+		info, err := b.inspect(ctx, n)
 		if err != nil {
 			return out, err
 		}

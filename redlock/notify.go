@@ -27,9 +27,11 @@ func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{
 	if err := b.usable(name); err != nil {
 		return nil, nil, err
 	}
-	if err := b.enter(len(b.nodes)); err != nil {
+	if err := b.begin(); err != nil {
 		return nil, nil, err
 	}
+	defer b.ops.Done()
+	b.calls.Add(len(b.nodes))
 	channel := b.channelKey(name)
 	wt := releasewatch.NewWaiter()
 	sctx, cancel := context.WithTimeout(ctx, subscribeTimeout)

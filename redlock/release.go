@@ -23,6 +23,10 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
 	}
+	if err := b.begin(); err != nil {
+		return 0, err
+	}
+	defer b.ops.Done()
 	timeout := b.timeout(lease.TTL)
 	n, q := len(b.nodes), b.quorum
 	keys := []string{b.Key(lease.Name)}
@@ -31,7 +35,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	var failed []*NodeError
 	fl := b.flights.get(lease.Name, lease.Owner)
 	tail := &releaseTail{kept: make([]bool, n)}
-	pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (int64, error) {
+	pending := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (int64, error) {
 		if err := fl.wait(ctx, nd.i); err != nil {
 			return 0, err
 		}
@@ -57,9 +61,6 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 		// after Release returns: a dead node does not delay it.
 		return decidedRelease(counts, n-answered-len(failed), notHeld, q)
 	})
-	if err != nil {
-		return 0, err
-	}
 	switch {
 	case answered < q && ctx.Err() != nil:
 		return 0, ctxErr("release", lease.Name, ctx.Err())
@@ -151,7 +152,7 @@ func (b *Backend) drop(ctx context.Context, name, owner string, idx []int, timeo
 	defer cancel()
 	keys := []string{b.Key(name)}
 	dropped := 0
-	_, _ = fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (int64, error) {
+	fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (int64, error) {
 		return dropScript.Run(ctx, nd.c, keys, owner, nd.publish).Int64()
 	}, func(r reply[int64]) bool {
 		if r.err == nil && r.v == 1 {
@@ -166,7 +167,14 @@ func (b *Backend) drop(ctx context.Context, name, owner string, idx []int, timeo
 // the owner that a majority agrees on holds it, and wakes its waiters. The fence counters
 // stay, so the next token is still greater. Info.Held is false when no owner held a majority.
 func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info, error) {
-	info, err := b.Inspect(ctx, name)
+	if err := b.usable(name); err != nil {
+		return fencelock.Info{}, err
+	}
+	if err := b.begin(); err != nil {
+		return fencelock.Info{}, err
+	}
+	defer b.ops.Done()
+	info, err := b.inspect(ctx, name)
 	if err != nil || !info.Held {
 		return info, err
 	}

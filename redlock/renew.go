@@ -32,33 +32,36 @@ type renewTally struct {
 }
 
 // Renew implements fencelock.Backend. The leases go to every node at once, as one pipeline per
-// node. A lease is renewed when a majority extended it with validity left: the TTL minus the
-// time since the renewals were sent, minus the drift allowance. It is not held (ErrNotHeld)
-// when a majority says so; otherwise the outcome is unknown (a *QuorumError) and the Client
-// tries again while its validity deadline allows.
+// node, and the batch waits for the nodes as long as the greatest node timeout of its leases:
+// a lease with a short TTL must not cut short the wait for the others. A lease is renewed
+// when a majority extended it, each node for the lease's TTL after it received the renewal:
+// its Renewal.Validity is the TTL, counted from the call (see fencelock.Renewal). It is not
+// held (ErrNotHeld) when a majority says so; otherwise the outcome is unknown (a *QuorumError,
+// or ErrValidityExpired when the majority confirmed it only once no validity was left after
+// the drift allowance) and the Client tries again while its validity deadline allows.
 //
 // A node that lost the key (a restart without persistence, or a partition long enough for it
 // to expire there) gets it back, for the same owner, token and count, but only after a
 // majority confirmed the lease and only if the key is still free on that node.
 func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
 	out := make([]fencelock.Renewal, len(leases))
-	var live []int // the leases to send
-	var timeout time.Duration
-	for j, l := range leases {
-		if err := b.usable(l.Name); err != nil {
-			out[j].Err = err
-			continue
-		}
-		if err := b.checkTTL(l.TTL); err != nil {
-			out[j].Err = err
-			continue
-		}
-		if t := b.timeout(l.TTL); timeout == 0 || t < timeout {
-			timeout = t
-		}
-		live = append(live, j)
-	}
+	live, timeout := b.renewable(leases, out)
 	if len(live) == 0 {
+		return out
+	}
+	if err := b.begin(); err != nil {
+		for _, j := range live {
+			out[j].Err = err
+		}
+		return out
+	}
+	defer b.ops.Done()
+	// A node not identified yet is asked again (at most once a second, without waiting for
+	// another call's check), so that its confirmations count once it has answered.
+	if err := b.identify(ctx, timeout); err != nil {
+		for _, j := range live {
+			out[j].Err = err
+		}
 		return out
 	}
 	n, q := len(b.nodes), b.quorum
@@ -72,34 +75,23 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	start := time.Now()
 	tallies := make([]renewTally, len(live))
 	undecided := len(live)
-	pending, err := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) ([]renewReply, error) {
+	pending := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) ([]renewReply, error) {
 		out := renewOn(ctx, nd.c, keys, args)
 		if err := ctx.Err(); err != nil {
 			return nil, err // the node timeout or ctx: fanOut tells which
 		}
 		return out, nil
 	}, func(r reply[[]renewReply]) bool {
+		if r.err == nil && !b.ident.seen(r.node) {
+			r.err = errUnidentified // it might be another node's server: it must not count twice
+		}
 		for k := range tallies {
 			t := &tallies[k]
 			rr := renewReply{err: r.err}
 			if r.err == nil {
 				rr = r.v[k]
 			}
-			switch {
-			case rr.err != nil:
-				t.failed = append(t.failed, b.nodeErr(r.node, classifyOnce(rr.err)))
-			case rr.state == 1:
-				t.ok++
-				t.token, t.count = max(t.token, rr.token), max(t.count, rr.count)
-				if rr.meta != "" {
-					t.meta = rr.meta
-				}
-			case rr.state == -1:
-				t.notHeld++
-				t.gone = append(t.gone, r.node)
-			default:
-				t.notHeld++
-			}
+			t.add(b, r.node, rr)
 			if !t.decided && (t.ok >= q || t.notHeld > n-q || len(t.failed) > n-q) {
 				t.decided = true
 				undecided--
@@ -107,12 +99,6 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 		}
 		return undecided == 0
 	})
-	if err != nil {
-		for _, j := range live {
-			out[j].Err = err
-		}
-		return out
-	}
 	elapsed := time.Since(start)
 	timedOut := b.timedOut(ctx, pending)
 
@@ -121,12 +107,11 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 		t, l := &tallies[k], leases[j]
 		switch {
 		case t.ok >= q:
-			validity := l.TTL - elapsed - drift(l.TTL)
-			if validity <= 0 {
+			if late(elapsed, l.TTL) {
 				out[j].Err = fmt.Errorf("%w: %q: a majority confirmed the renewal after %v, TTL %v", ErrValidityExpired, l.Name, elapsed.Round(time.Microsecond), l.TTL)
 				continue
 			}
-			out[j].Validity = validity
+			out[j].Validity = l.TTL
 			for _, i := range t.gone {
 				retake[i] = append(retake[i], k)
 			}
@@ -142,6 +127,43 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 		b.retake(ctx, retake, live, leases, tallies, timeout)
 	}
 	return out
+}
+
+// renewable returns the leases of a batch that can be sent, setting the error of the others
+// in out, and the batch's node timeout: the greatest of its leases'.
+func (b *Backend) renewable(leases []fencelock.Lease, out []fencelock.Renewal) (live []int, timeout time.Duration) {
+	for j, l := range leases {
+		if err := b.usable(l.Name); err != nil {
+			out[j].Err = err
+			continue
+		}
+		if err := b.checkTTL(l.TTL); err != nil {
+			out[j].Err = err
+			continue
+		}
+		timeout = max(timeout, b.timeout(l.TTL))
+		live = append(live, j)
+	}
+	return live, timeout
+}
+
+// add counts node i's answer for the lease.
+func (t *renewTally) add(b *Backend, i int, rr renewReply) {
+	switch {
+	case rr.err != nil:
+		t.failed = append(t.failed, b.nodeErr(i, classifyOnce(rr.err)))
+	case rr.state == 1:
+		t.ok++
+		t.token, t.count = max(t.token, rr.token), max(t.count, rr.count)
+		if rr.meta != "" {
+			t.meta = rr.meta
+		}
+	case rr.state == -1:
+		t.notHeld++
+		t.gone = append(t.gone, i)
+	default:
+		t.notHeld++
+	}
 }
 
 // renewOn sends the renewals to one node: one script call, or one pipeline for a batch.
@@ -182,7 +204,7 @@ func (b *Backend) retake(ctx context.Context, retake map[int][]int, live []int, 
 		idx = append(idx, i)
 	}
 	retention := b.retention
-	_, _ = fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
+	fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
 		ks := retake[nd.i]
 		keys := make([][]string, len(ks))
 		args := make([][]any, len(ks))

@@ -12,6 +12,8 @@ var (
 	acquireSrc string
 	//go:embed fence.lua
 	fenceSrc string
+	//go:embed record.lua
+	recordSrc string
 	//go:embed renew.lua
 	renewSrc string
 	//go:embed retake.lua
@@ -25,6 +27,7 @@ var (
 
 	acquireScript = redis.NewScript(acquireSrc)
 	fenceScript   = redis.NewScript(fenceSrc)
+	recordScript  = redis.NewScript(recordSrc)
 	renewScript   = redis.NewScript(renewSrc)
 	retakeScript  = redis.NewScript(retakeSrc)
 	releaseScript = redis.NewScript(releaseSrc)

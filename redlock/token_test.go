@@ -1,12 +1,18 @@
 package redlock_test
 
 import (
+	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redlock"
 )
 
@@ -85,5 +91,212 @@ func TestTokensIncreaseAcrossRandomMajorities(t *testing.T) {
 			}
 			t.Logf("%d acquisitions over %d distinct majorities, last token %d", tc.n, len(majorities), last)
 		})
+	}
+}
+
+// nodeTokens returns, per node, the token in the lock's hash and the fence counter.
+func nodeTokens(t *testing.T, clients []redisbackend.Client, key string) (tokens, counters []int64) {
+	t.Helper()
+	ctx := ctxTimeout(t, 5*time.Second)
+	for i, c := range clients {
+		rc := c.(*redis.Client)
+		tok, err := rc.HGet(ctx, key, "token").Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatalf("node %d: token: %v", i, err)
+		}
+		ctr, err := rc.Get(ctx, key+":fence").Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatalf("node %d: fence counter: %v", i, err)
+		}
+		tokens, counters = append(tokens, tok), append(counters, ctr)
+	}
+	return tokens, counters
+}
+
+// An owner reused across acquisitions (WithOwner) can leave its key on a node that a release
+// did not reach. Another owner then takes the lock on the other nodes, with a greater token.
+// When the first owner obtains again, the stale node grants it as a second hold of the old
+// lock: the old token must not come back, or the store accepts the other owner's late write
+// after this one's. With the clock in the token, the new one is the proposal, which the
+// fresh nodes stored; without it, a token round makes it.
+func TestTokenAboveAStaleKeyOfTheSameOwner(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		clock bool
+	}{{"counter+clock", true}, {"counter", false}} {
+		t.Run(tc.name, func(t *testing.T) { staleKeyOfTheSameOwner(t, tc.clock) })
+	}
+}
+
+func staleKeyOfTheSameOwner(t *testing.T, clock bool) {
+	ctx := ctxTimeout(t, 60*time.Second)
+	_, as := startNodes(t, 3)
+	proxies := make([]*testserver.Proxy, len(as))
+	via := make([]string, len(as))
+	for i, a := range as {
+		proxies[i] = testserver.StartProxy(t, a)
+		via[i] = proxies[i].Addr
+	}
+	var bopts []redlock.Option
+	if !clock {
+		bopts = append(bopts, redlock.WithoutClockTokens())
+	}
+	direct := dial(t, as)
+	bx := newBackend(t, dial(t, via, noRetries), append(bopts, redlock.WithNodeTimeout(time.Second))...)
+	x := newLocker(t, bx)
+	z := newLocker(t, newBackend(t, dial(t, as), bopts...))
+	name := "stale-owner"
+	key := bx.Key(name)
+	for _, c := range []*fencelock.Client{x, z} {
+		if _, err := c.Inspect(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := []fencelock.Option{fencelock.WithOwner("x"), fencelock.WithTTL(10 * time.Second), fencelock.WithWatchdog(false)}
+
+	first, err := x.TryObtain(ctx, name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bx.Settle()
+	proxies[2].Cut() // node 2 does not hear the release
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bx.Settle()
+	if got := owners(direct, key); !slices.Equal(got, []string{"", "", "x"}) {
+		t.Fatalf("owners after the release: %q, want x on node 2 alone", got)
+	}
+	other, err := z.TryObtain(ctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithWatchdog(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Token() <= first.Token() {
+		t.Fatalf("the other owner's token %d is not above %d", other.Token(), first.Token())
+	}
+	if err := other.Release(ctx); err != nil { // as good as letting it lapse
+		t.Fatal(err)
+	}
+
+	// Node 1 answers last, so that the grant is decided by node 0 (fresh) and node 2 (stale).
+	proxies[2].Restore()
+	proxies[1].SetDelay(100 * time.Millisecond)
+	again, err := x.TryObtain(ctx, name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Token() <= other.Token() {
+		t.Fatalf("x obtained again with token %d, not above the other owner's %d (x's first was %d)", again.Token(), other.Token(), first.Token())
+	}
+	var store fence.Memory
+	if err := store.Check(name, again.Token()); err != nil {
+		t.Fatalf("x's write: %v", err)
+	}
+	if err := store.Check(name, other.Token()); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("the other owner's late write: %v, want ErrStale", err)
+	}
+	if again.HoldCount() != 1 {
+		t.Fatalf("hold count %d of a new lock, want 1", again.HoldCount())
+	}
+	bx.Settle()
+	tokens, _ := nodeTokens(t, direct, key)
+	for i, tok := range tokens {
+		if tok != again.Token() {
+			t.Fatalf("node %d keeps token %d, the lock's is %d (all: %v)", i, tok, again.Token(), tokens)
+		}
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bx.Settle()
+	if got := owners(direct, key); !slices.Equal(got, make([]string, 3)) {
+		t.Fatalf("owners after the last release: %q", got)
+	}
+}
+
+// A reentrant grant whose nodes do not agree on a token (here: every node's hash says 0, as a
+// token write that overtook the acquire calls left it) must not hand out a token that no
+// majority stored: it makes a token as a first acquisition does, and records it on the nodes.
+func TestReentrantGrantWithoutAnAgreedToken(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	clients := dial(t, addrs)
+	b := newBackend(t, clients)
+	req := fencelock.Request{Name: t.Name(), Owner: "o", Hold: "h1", TTL: 10 * time.Second}
+	first, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Settle()
+	key := b.Key(req.Name)
+	for _, c := range clients {
+		if err := c.(*redis.Client).HSet(ctx, key, "token", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req.Hold = "h2"
+	inner, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Settle()
+	tokens, counters := nodeTokens(t, clients, key)
+	stored := 0
+	for i := range clients {
+		if counters[i] >= inner.Token {
+			stored++
+		}
+	}
+	if stored < b.Quorum() {
+		t.Fatalf("token %d handed out, stored on %d nodes (counters %v, first token %d)", inner.Token, stored, counters, first.Token)
+	}
+	if inner.Token <= first.Token {
+		t.Fatalf("token %d not above the first %d", inner.Token, first.Token)
+	}
+	for i, tok := range tokens {
+		if tok != inner.Token {
+			t.Fatalf("node %d keeps token %d, the lock's is %d", i, tok, inner.Token)
+		}
+	}
+	// A new token is a new lock: its one hold is this acquisition's.
+	if inner.Count != 1 {
+		t.Fatalf("hold count %d of a new lock, want 1", inner.Count)
+	}
+	if left, err := b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, "h2"); err != nil || left != 0 {
+		t.Fatalf("release: %d left, %v", left, err)
+	}
+}
+
+// The token round of a first acquisition waits, on each node, for the acquire call there: a
+// token written to a node before the lock exists there is not recorded in the lock, which the
+// late acquire then creates without a token.
+func TestTokenRoundWaitsForTheAcquireOnItsNode(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	b, direct, late := lateNode(t, 4, 300*time.Millisecond)
+	warm := fencelock.Request{Name: "warm-up", Owner: "w", TTL: 10 * time.Second}
+	if _, err := b.Acquire(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	b.Settle()
+	key := b.Key("token-round")
+	ahead := time.Now().UnixMicro() + 1e12 // above every proposal: the token takes a round
+	for _, c := range direct {
+		if err := c.(*redis.Client).Set(ctx, key+":fence", ahead, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	late.armed.Store(true)
+	g, err := b.Acquire(ctx, fencelock.Request{Name: "token-round", Owner: "o", Hold: "h1", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Token <= ahead {
+		t.Fatalf("token %d not above the counters %d", g.Token, ahead)
+	}
+	b.Settle()
+	tokens, _ := nodeTokens(t, direct, key)
+	for i, tok := range tokens {
+		if tok != g.Token {
+			t.Fatalf("node %d keeps token %d, the lock's is %d (all: %v)", i, tok, g.Token, tokens)
+		}
 	}
 }

@@ -24,22 +24,22 @@ func newWorkers() *workers {
 	return &workers{tasks: make(chan func()), stop: make(chan struct{})}
 }
 
-// run runs f on an idle worker, or on a new one.
-func (w *workers) run(f func()) {
-	select {
+// run runs f on an idle worker, or on a new one, and reports whether it did: once the workers
+// are closed it starts no goroutine, and the caller answers for f.
+func (w *workers) run(f func()) bool {
+	select { // a worker that takes f before close has stopped it is one close waits for
 	case w.tasks <- f:
-		return
+		return true
 	default:
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.closed {
-		w.mu.Unlock()
-		go f()
-		return
+		return false
 	}
 	w.wg.Add(1)
-	w.mu.Unlock()
 	go w.loop(f)
+	return true
 }
 
 func (w *workers) loop(f func()) {

@@ -1,0 +1,73 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testserver"
+)
+
+// The first call asks every node for its run_id, and the calls that come meanwhile wait for
+// that check; each waits only as long as its own context allows. Here the check waits a second
+// for a stopped node (an Inspect's node timeout), and an Acquire with 100 ms to go must not
+// wait that second with it.
+func TestCallsWaitingForTheFirstCheckKeepTheirDeadline(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	servers, as := startNodes(t, 3)
+	b := newBackend(t, dial(t, as))
+	if err := servers[2].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = servers[2].Resume() })
+	checked := make(chan error, 1)
+	go func() {
+		_, err := b.Inspect(ctx, "first-check")
+		checked <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the Inspect is checking the nodes
+	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := b.Acquire(actx, fencelock.Request{Name: "first-check", Owner: "o", TTL: 10 * time.Second})
+	took := time.Since(start)
+	t.Logf("Acquire with a 100ms context: %v after %v", err, took.Round(time.Millisecond))
+	if slack := 200 * time.Millisecond; took > 100*time.Millisecond+slack {
+		t.Fatalf("Acquire with a 100ms context returned after %v: %v", took, err)
+	}
+	<-checked
+}
+
+// A node that has not told its run_id yet may be another node's server under a second address:
+// its grant does not count towards an acquisition's majority, and its confirmation must not
+// count towards a renewal's either. Here the third client reaches node 1's server through a
+// proxy that was silent while the nodes were identified; with node 0 stopped, only one server
+// keeps the lock, and a renewal that counted it twice would vouch for a majority.
+func TestRenewalDoesNotCountAnUnidentifiedNode(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	servers, as := startNodes(t, 2)
+	alias := testserver.StartProxy(t, as[1])
+	clients := dial(t, []string{as[0], as[1], alias.Addr})
+	b := newBackend(t, clients)
+	alias.Blackhole() // the first acquisition's run_id check gets no answer from the alias
+	lease := fencelock.Lease{Name: "alias", Owner: "o", TTL: 10 * time.Second}
+	if _, err := b.Acquire(ctx, fencelock.Request{Name: lease.Name, Owner: lease.Owner, TTL: lease.TTL}); err != nil {
+		t.Fatal(err)
+	}
+	alias.Restore()
+	if r := b.Renew(ctx, []fencelock.Lease{lease}); r[0].Err != nil {
+		t.Fatalf("renewal with both servers up: %v", r[0].Err)
+	}
+	if err := servers[0].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = servers[0].Resume() })
+	if r := b.Renew(ctx, []fencelock.Lease{lease}); r[0].Err == nil {
+		t.Fatal("renewed by one server seen through two addresses")
+	} else if !errors.Is(r[0].Err, fencelock.ErrUnavailable) && !errors.Is(r[0].Err, fencelock.ErrInvalid) {
+		// ErrInvalid once a check has asked the alias and found the shared run_id.
+		t.Fatalf("renewal: %v, want ErrUnavailable or ErrInvalid", r[0].Err)
+	}
+}
