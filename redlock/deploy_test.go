@@ -33,12 +33,24 @@ func TestMixedDeployments(t *testing.T) {
 		t.Fatalf("List: %+v %v", infos, err)
 	}
 
-	// A release message on the Cluster node alone reaches a waiter.
+	// A release message on the Cluster node alone reaches a waiter. WatchRelease returns once
+	// a majority of nodes took the subscription, which need not include the Cluster: publish
+	// once it has.
 	released, stop, err := b.WatchRelease(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.SPublish(ctx, b.Key(name)+":released", "").Err(); err != nil {
+	channel := b.Key(name) + ":released"
+	for n := int64(0); n == 0; {
+		subs, err := cluster.PubSubShardNumSub(ctx, channel).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n = subs[channel]; n == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if err := cluster.SPublish(ctx, channel, "").Err(); err != nil {
 		t.Fatal(err)
 	}
 	select {

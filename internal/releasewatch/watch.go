@@ -1,15 +1,24 @@
 // Package releasewatch shares one Redis pub/sub connection among the waiters of a client, so
 // that they wake when a lock is released. The Redis and Redlock backends both use it: Redis
 // once per client, Redlock once per node.
+//
+// Locking: Set.mu guards the Set's shards and everything in them, and nobody holds it across a
+// network call. Each shard has one goroutine, its owner (shard.go), that alone sends the
+// shard's SUBSCRIBE and UNSUBSCRIBE commands and opens, replaces and closes its connection, in
+// the order it decides them; Add, Join and Remove only record what they want and poke it. The
+// dispatch goroutine (dispatch.go), which takes mu for every message, therefore never waits
+// behind a subscription for the server to answer, and neither does a caller.
 package releasewatch
 
 import (
 	"context"
-	"strings"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
 )
 
 // Subscriber is the part of a go-redis client that pub/sub needs.
@@ -18,6 +27,14 @@ type Subscriber interface {
 	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
+var (
+	_ Subscriber = (*redis.Client)(nil)
+	_ Subscriber = (*redis.ClusterClient)(nil)
+)
+
+// ErrClosed is Add's error after Close. It matches fencelock.ErrClosed.
+var ErrClosed = fmt.Errorf("%w: the release watch was closed", fencelock.ErrClosed)
+
 // Set is the release channels one client watches, and their waiters. Without sharded pub/sub
 // it has one connection; with it, one per Cluster slot that has waiters, because a shard channel
 // can only be subscribed on the node that owns its slot, and go-redis resubscribes all of a
@@ -25,8 +42,12 @@ type Subscriber interface {
 type Set struct {
 	c       Subscriber
 	sharded bool
-	mu      sync.Mutex // guards shards and everything in them
-	shards  map[int]*shard
+
+	mu     sync.Mutex // guards closed, shards and everything in them
+	closed bool
+	shards map[int]*shard
+
+	owners sync.WaitGroup // the shards' owners; each waits for its dispatch goroutine
 }
 
 // New returns a Set over c; sharded chooses SSUBSCRIBE over SUBSCRIBE.
@@ -37,25 +58,20 @@ func New(c Subscriber, sharded bool) *Set { return &Set{c: c, sharded: sharded} 
 type Waiter struct {
 	Wake chan struct{}
 	// Message, when set, sees each message's payload first and says whether it wakes the
-	// Waiter. It runs on the dispatch goroutine with the Set locked: it must not block.
-	// A subscription acknowledged again after a reconnect always wakes.
+	// Waiter. It runs on the dispatch goroutine with the Set locked: it must not block, nor
+	// call the Set. A subscription acknowledged again after a reconnect always wakes.
 	Message func(payload string) (wake bool)
 }
 
 // NewWaiter returns a Waiter whose Wake holds one pending wake-up.
 func NewWaiter() *Waiter { return &Waiter{Wake: make(chan struct{}, 1)} }
 
-type shard struct {
-	ps       *redis.PubSub
-	channels map[string]*channel
-	exited   chan struct{} // closed when the dispatch goroutine returns
-}
-
-type channel struct {
-	waiters   map[*Waiter]struct{}
-	confirmed bool          // the server acknowledged the subscription
-	ready     chan struct{} // closed on the first acknowledgement
-	idle      *time.Timer   // set while the channel has no waiters: unsubscribes when it fires
+// signal leaves a wake-up for w, unless one is pending already.
+func (w *Waiter) signal() {
+	select {
+	case w.Wake <- struct{}{}:
+	default:
+	}
 }
 
 // linger is how long a channel stays subscribed after its last waiter left. A client that
@@ -64,76 +80,58 @@ type channel struct {
 const linger = 250 * time.Millisecond
 
 // Add registers w for name and returns a channel closed once the server acknowledged the
-// subscription, and the error of sending the subscription, if any. A subscription not taken
-// now stays recorded in go-redis, which sends it again when it reconnects.
+// subscription: a release published after that reaches w, or, if the connection is lost,
+// w is woken once the subscription is acknowledged again. Add sends nothing and never waits
+// for the server: the shard's owner sends the subscription. The error is ctx's when ctx has
+// ended and ErrClosed after Close; w is then not registered.
 func (s *Set) Add(ctx context.Context, name string, w *Waiter) (<-chan struct{}, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	key := s.key(name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.shards == nil {
-		s.shards = make(map[int]*shard)
+	if s.closed {
+		return nil, ErrClosed
 	}
 	sh := s.shards[key]
-	ch := (*channel)(nil)
-	var err error
 	if sh == nil {
-		// Subscribe as the connection is made: a PubSub that connects without a channel goes
-		// to a random Cluster node, where a shard channel cannot be subscribed.
-		sh = &shard{channels: make(map[string]*channel), exited: make(chan struct{})}
-		ch = &channel{waiters: make(map[*Waiter]struct{}), ready: make(chan struct{})}
-		sh.channels[name] = ch
-		if s.sharded {
-			sh.ps = s.c.SSubscribe(ctx, name)
-		} else {
-			sh.ps = s.c.Subscribe(ctx, name)
-		}
-		s.shards[key] = sh
-		go s.dispatch(sh)
-	} else if ch = sh.channels[name]; ch != nil {
-		ch.keep()
-	} else {
-		ch = &channel{waiters: make(map[*Waiter]struct{}), ready: make(chan struct{})}
-		sh.channels[name] = ch
-		if s.sharded {
-			err = sh.ps.SSubscribe(ctx, name)
-		} else {
-			err = sh.ps.Subscribe(ctx, name)
-		}
+		sh = s.start(key)
 	}
-	ch.waiters[w] = struct{}{}
-	return ch.ready, err
+	ch := sh.channels[name]
+	if ch == nil {
+		ch = &channel{waiters: make(map[*Waiter]struct{}), ready: make(chan struct{})}
+		sh.channels[name] = ch
+		sh.poke()
+	}
+	ch.add(w)
+	return ch.ready, nil
 }
 
 // Join registers w for name only if name is subscribed already and the server acknowledged it,
 // and says whether it did. A waiter that joins before it acts (queues for a lock) cannot miss a
-// message its action causes, and sends no subscription when there is none to share.
+// message its action causes, and sends no subscription when there is none to share. After
+// Close it joins nothing.
 func (s *Set) Join(name string, w *Waiter) bool {
+	key := s.key(name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sh := s.shards[s.key(name)]
+	sh := s.shards[key]
 	if sh == nil {
 		return false
 	}
 	ch := sh.channels[name]
-	if ch == nil || !ch.confirmed {
+	if ch == nil || !ch.acked {
 		return false
 	}
-	ch.keep()
-	ch.waiters[w] = struct{}{}
+	ch.add(w)
 	return true
 }
 
-// keep stops the channel's idle timer; the caller adds a waiter with the Set locked.
-func (ch *channel) keep() {
-	if ch.idle != nil {
-		ch.idle.Stop() // if it fired already, expire sees the waiter and keeps the channel
-		ch.idle = nil
-	}
-}
-
-// Remove ends w's watch of name. A channel left without waiters stays subscribed for a short
-// while (linger) in case it is wanted again; then it is unsubscribed, and the last channel of a
-// connection closes it.
+// Remove ends w's watch of name: once it returns, w hears nothing more from name on this Set.
+// A channel left without waiters stays subscribed for a short while (linger) in case it is
+// wanted again; then its owner unsubscribes it, and closes the connection with its last
+// channel.
 func (s *Set) Remove(name string, w *Waiter) {
 	key := s.key(name)
 	s.mu.Lock()
@@ -150,55 +148,28 @@ func (s *Set) Remove(name string, w *Waiter) {
 		return
 	}
 	delete(ch.waiters, w)
-	if len(ch.waiters) == 0 && ch.idle == nil {
-		ch.idle = time.AfterFunc(linger, func() { s.expire(key, name, ch) })
+	if len(ch.waiters) == 0 {
+		ch.idleSince = time.Now()
+		sh.poke()
 	}
 }
 
-// expire unsubscribes ch if it is still idle, and closes its connection if it was the last
-// channel there, waiting for the connection's goroutine to end.
-func (s *Set) expire(key int, name string, ch *channel) {
-	s.mu.Lock()
-	sh := s.shards[key]
-	if sh == nil || sh.channels[name] != ch || len(ch.waiters) > 0 {
-		s.mu.Unlock()
-		return
-	}
-	delete(sh.channels, name)
-	if len(sh.channels) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if s.sharded {
-			_ = sh.ps.SUnsubscribe(ctx, name)
-		} else {
-			_ = sh.ps.Unsubscribe(ctx, name)
-		}
-		cancel()
-		s.mu.Unlock()
-		return
-	}
-	delete(s.shards, key)
-	s.mu.Unlock()
-	_ = sh.ps.Close()
-	<-sh.exited
-}
-
-// Close ends every subscription and waits for their goroutines.
+// Close ends every subscription and returns once the Set's goroutines are gone; afterwards Add
+// fails with ErrClosed and Join joins nothing. An owner in the middle of a network call
+// finishes it first: Close cancels its context, which ends a dial at once and a handshake with
+// a server that does not answer at the call's deadline, sendTimeout (at the client's read
+// timeout if the client ignores context deadlines). Close is idempotent and safe to call
+// concurrently.
 func (s *Set) Close() {
 	s.mu.Lock()
+	s.closed = true
 	shards := s.shards
 	s.shards = nil
-	for _, sh := range shards {
-		for _, ch := range sh.channels {
-			if ch.idle != nil {
-				ch.idle.Stop()
-			}
-		}
-	}
 	s.mu.Unlock()
 	for _, sh := range shards {
-		_ = sh.ps.Close()
-		<-sh.exited
+		sh.stop()
 	}
+	s.owners.Wait()
 }
 
 func (s *Set) key(name string) int {
@@ -206,65 +177,4 @@ func (s *Set) key(name string) int {
 		return Slot(name)
 	}
 	return 0
-}
-
-// dispatch wakes the waiters of a channel on each release message. A subscription
-// acknowledged again after a reconnect wakes them too: a release may have passed unseen while
-// the connection was down.
-func (s *Set) dispatch(sh *shard) {
-	defer close(sh.exited)
-	for msg := range sh.ps.ChannelWithSubscriptions(redis.WithChannelSize(64)) {
-		var name, payload string
-		var ack bool
-		switch m := msg.(type) {
-		case *redis.Message:
-			name, payload = m.Channel, m.Payload
-		case *redis.Subscription:
-			if m.Kind != "subscribe" && m.Kind != "ssubscribe" {
-				continue
-			}
-			name, ack = m.Channel, true
-		default:
-			continue
-		}
-		s.mu.Lock()
-		if ch := sh.channels[name]; ch != nil {
-			if ack && !ch.confirmed {
-				ch.confirmed = true
-				close(ch.ready)
-			} else {
-				for w := range ch.waiters {
-					if !ack && w.Message != nil && !w.Message(payload) {
-						continue
-					}
-					select {
-					case w.Wake <- struct{}{}:
-					default:
-					}
-				}
-			}
-		}
-		s.mu.Unlock()
-	}
-}
-
-// Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag, mod 16384.
-func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc ^= uint16(key[k]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
 }
