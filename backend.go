@@ -85,7 +85,12 @@ type Request struct {
 type Lease struct {
 	Name  string
 	Owner string
-	TTL   time.Duration
+	// TTL is the lock's TTL as its holder last set it (Obtain or Refresh).
+	TTL time.Duration
+	// Token is the token of the grant the lease belongs to. A backend that can should refuse
+	// to renew a lock the owner holds under another token: that is a later lock of the same
+	// owner, and a renewal sent for the earlier one must not change its TTL.
+	Token int64
 }
 
 // Grant is what a successful Acquire or AcquireQueued returns.

@@ -52,6 +52,36 @@ func TestBadInput(t *testing.T) {
 			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
 				return obtainWith(ctx, t, rdb, name, fencelock.WithWaitTimeout(-1))
 			}},
+		{name: "renewal interval of 1ns", want: fencelock.ErrInvalid,
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				return obtainWith(ctx, t, rdb, name, fencelock.WithTTL(time.Second), fencelock.WithRenewInterval(time.Nanosecond))
+			}},
+		{name: "renewal interval far below the TTL", want: fencelock.ErrInvalid,
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				return obtainWith(ctx, t, rdb, name, fencelock.WithTTL(time.Minute), fencelock.WithRenewInterval(time.Millisecond))
+			}},
+		{name: "zero cleanup timeout", want: fencelock.ErrInvalid,
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				c := fencelock.New(redisbackend.New(rdb), fencelock.WithCleanupTimeout(0))
+				defer c.Close()
+				_, err := c.TryObtain(ctx, name)
+				return err
+			}},
+		{name: "negative cleanup timeout", want: fencelock.ErrInvalid,
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				c := fencelock.New(redisbackend.New(rdb), fencelock.WithCleanupTimeout(-time.Second))
+				defer c.Close()
+				_, err := c.TryObtain(ctx, name)
+				return err
+			}},
+		{name: "replica wait below a millisecond", want: fencelock.ErrInvalid,
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				// WAIT n 0 would block forever.
+				c := fencelock.New(redisbackend.New(rdb, redisbackend.WithReplicas(1, 500*time.Microsecond)))
+				defer c.Close()
+				_, err := c.TryObtain(ctx, name)
+				return err
+			}},
 		{name: "nil context", want: fencelock.ErrInvalid,
 			run: func(_ context.Context, t *testing.T, rdb *redis.Client, name string) error {
 				return obtainWith(nilCtx, t, rdb, name)

@@ -5,32 +5,36 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Client obtains locks from one Backend. It runs one renewal goroutine for all the locks it
-// holds, started with the first lock and stopped by Close. A Client is safe for concurrent use;
-// create one per backend and share it.
+// Client obtains locks from one Backend. It runs one watchdog goroutine for all the locks it
+// holds, started with the first lock, and clean-up in the background where a call's context
+// did not leave time for it; Close stops both and waits for them. A Client is safe for
+// concurrent use; create one per backend and share it.
+//
+// Locking: mu guards held and closed. It may be held while a hold's mu is taken.
 type Client struct {
 	b       Backend
 	watcher ReleaseWatcher // nil when the backend cannot notify releases
+	queue   Queue          // nil when the backend keeps no line of waiters
 
 	defaults       []Option
 	now            func() time.Time
 	observe        func(Event)
 	cleanupTimeout time.Duration
+	err            error // an unusable ClientOption: every call returns it
 
 	holdPrefix string
 	holdSeq    atomic.Uint64
 
-	sched *scheduler
+	dog        *watchdog
+	background sync.WaitGroup // clean-up that outlives the call that started it
 
-	mu     sync.Mutex // guards held and closed
-	held   map[holdKey]*holdState
+	mu     sync.Mutex
+	held   map[holdKey]*hold
 	closed bool
 }
 
@@ -42,11 +46,10 @@ func New(b Backend, opts ...ClientOption) *Client {
 		b:              b,
 		now:            time.Now,
 		cleanupTimeout: 2 * time.Second,
-		held:           make(map[holdKey]*holdState),
+		held:           make(map[holdKey]*hold),
 	}
-	if w, ok := b.(ReleaseWatcher); ok {
-		c.watcher = w
-	}
+	c.watcher, _ = b.(ReleaseWatcher)
+	c.queue, _ = b.(Queue)
 	for _, o := range opts {
 		o(c)
 	}
@@ -54,13 +57,13 @@ func New(b Backend, opts ...ClientOption) *Client {
 		c.now = time.Now
 	}
 	c.holdPrefix = randomID(6) + "."
-	c.sched = newScheduler(c)
+	c.dog = newWatchdog(c)
 	return c
 }
 
-// Close stops the renewal goroutine and waits until it is gone. Locks still held are not
-// released: their contexts end with ErrLost and the store lets them expire. Close is
-// idempotent.
+// Close stops the watchdog and the Client's clean-up, and waits until they are gone: at most
+// the cleanup timeout (WithCleanupTimeout). Locks still held are not released: their contexts
+// end with ErrLost and the store lets them expire. Close is idempotent.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
@@ -71,15 +74,16 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	states := make([]*holdState, 0, len(c.held))
-	for _, st := range c.held {
-		states = append(states, st)
+	holds := make([]*hold, 0, len(c.held))
+	for _, h := range c.held {
+		holds = append(holds, h)
 	}
 	c.mu.Unlock()
-	c.sched.close()
-	for _, st := range states {
-		st.end(&lostError{reason: ErrClosed}, true)
+	c.dog.close()
+	for _, h := range holds {
+		h.lose(ErrClosed)
 	}
+	c.background.Wait()
 	return nil
 }
 
@@ -93,7 +97,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 
 // Obtain obtains the lock name, waiting until it is free or ctx ends. While it waits it sleeps
 // until the holder releases the lock (when the backend can tell) or the holder's TTL runs out,
-// whichever is first. When ctx ends, the error matches both ErrNotObtained and ctx.Err().
+// whichever is first. When ctx ends, the error matches both ErrNotObtained and ctx.Err(), and
+// Obtain returns by ctx's deadline.
 //
 // If ctx is the context of a lock on the same name obtained from this Client (lock.Context()
 // or a context derived from it), the acquisition re-enters that lock.
@@ -119,7 +124,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { lock.ctx.cancel(context.Cause(ctx)) })
+	stop := context.AfterFunc(ctx, func() { lock.lctx.cancel(context.Cause(ctx)) })
 	ferr := fn(lock.Context())
 	stop()
 	lostErr := lock.lostErr()
@@ -140,6 +145,8 @@ func (c *Client) check(ctx context.Context, name string) error {
 	switch {
 	case c == nil || c.b == nil:
 		return invalidf("nil client or backend")
+	case c.err != nil:
+		return c.err
 	case ctx == nil:
 		return invalidf("nil context")
 	case name == "":
@@ -148,134 +155,11 @@ func (c *Client) check(ctx context.Context, name string) error {
 	return nil
 }
 
-// settingsPool recycles the settings that options are applied to: an option is a function
-// that takes a pointer, so the settings it fills would otherwise escape to the heap on every
-// acquisition.
-var settingsPool = sync.Pool{New: func() any { return new(settings) }}
-
-func (c *Client) settings(opts []Option) settings {
-	p := settingsPool.Get().(*settings)
-	*p = settings{ttl: DefaultTTL}
-	for _, o := range c.defaults {
-		o(p)
-	}
-	for _, o := range opts {
-		o(p)
-	}
-	s := *p
-	*p = settings{} // keep no caller's values alive in the pool
-	settingsPool.Put(p)
-	return s
-}
-
-// attempt makes one acquisition, or waits in line for it when queue is set. vctx carries the
-// values the lock's context inherits. fresh says the owner ID was made for this acquisition
-// alone: its only hold needs no ID of its own.
-func (c *Client) attempt(ctx, vctx context.Context, name, owner string, fresh bool, s *settings, queue Queue) (*Lock, error) {
-	hold := ""
-	if !fresh {
-		var buf [32]byte
-		hold = string(strconv.AppendUint(append(buf[:0], c.holdPrefix...), c.holdSeq.Add(1), 36))
-	}
-	req := Request{Name: name, Owner: owner, Hold: hold, TTL: s.ttl, Meta: s.meta, Renewed: !s.noWatchdog}
-	sent := c.now()
-	var g Grant
-	var err error
-	if queue != nil {
-		g, err = queue.AcquireQueued(ctx, req)
-	} else {
-		g, err = c.b.Acquire(ctx, req)
-	}
-	if err != nil {
-		var held *HeldError
-		if !errors.As(err, &held) && !errors.Is(err, ErrInvalid) {
-			// The request may have reached the store and taken the lock: undo this hold.
-			c.cleanup(Lease{Name: name, Owner: owner, TTL: s.ttl}, hold)
-		}
-		return nil, err
-	}
-	return c.grant(vctx, name, owner, hold, s, sent, g)
-}
-
-func (c *Client) cleanup(lease Lease, hold string) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
-	defer cancel()
-	_, _ = c.b.Release(ctx, lease, hold)
-}
-
-func (c *Client) grant(vctx context.Context, name, owner, hold string, s *settings, sent time.Time, g Grant) (*Lock, error) {
-	validity := s.ttl
-	if g.Validity > 0 && g.Validity < validity {
-		validity = g.Validity
-	}
-	sent = sent.Add(max(g.Elapsed, 0))
-	deadline := sent.Add(validity - drift(s.ttl))
-	if late := c.now().Sub(deadline); late >= 0 {
-		// The reply took longer than the lock lives: whatever the store granted may be another
-		// holder's by now. Undo it rather than hand out a lock that is already lost.
-		c.cleanup(Lease{Name: name, Owner: owner, TTL: s.ttl}, hold)
-		return nil, fmt.Errorf("%w: the grant of %q arrived %v after its validity had passed", ErrUnavailable, name, late)
-	}
-	// Renew at the configured interval, and the first time well within the validity the
-	// backend vouched for, if that is the shorter: a lock handed over for a short claim gets
-	// its whole TTL at its first renewal and is renewed at the usual pace afterwards.
-	every := s.renewEvery
-
+// forget removes h from the held map if it is still the hold of its name and owner.
+func (c *Client) forget(h *hold) {
 	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		c.cleanup(Lease{Name: name, Owner: owner, TTL: s.ttl}, hold)
-		return nil, ErrClosed
-	}
-	key := holdKey{name, owner}
-	st := c.held[key]
-	if st != nil && (g.Count <= 1 || !st.join(deadline)) {
-		// The store says this is a first hold while we thought we held it: the old hold
-		// vanished without the watchdog noticing yet.
-		c.mu.Unlock()
-		st.end(&lostError{reason: errors.New("the store no longer had the hold")}, true)
-		c.mu.Lock()
-		st = nil
-	}
-	var l *Lock
-	if st == nil {
-		// A first hold: the Lock and its state in one allocation.
-		first := &struct {
-			l  Lock
-			st holdState
-		}{}
-		st, l = &first.st, &first.l
-		*st = holdState{
-			c: c, name: name, owner: owner, ttl: s.ttl, every: every,
-			watchdog: !s.noWatchdog, onLost: s.onLost, token: g.Token,
-			deadline: deadline, renewAt: sent.Add(min(every, validity/3)), refs: 1,
-			obtained: sent,
-		}
-		st.handles = st.handle0[:0]
-		c.held[key] = st
-		c.mu.Unlock()
-		c.sched.add(st)
-	} else {
-		c.mu.Unlock()
-		l = new(Lock)
-	}
-	*l = Lock{c: c, st: st, hold: hold, count: g.Count, ttl: s.ttl}
-	l.lctx = lockContext{parent: vctx, st: st}
-	l.ctx = &l.lctx
-	if !st.attach(l.ctx) {
-		// Lost between join and attach: the hold in the store is useless now.
-		l.released.Store(true)
-		c.cleanup(Lease{Name: name, Owner: owner, TTL: s.ttl}, hold)
-		return nil, st.errOrLost()
-	}
-	return l, nil
-}
-
-// forget removes st from the held map if it is still the current state for its key.
-func (c *Client) forget(st *holdState) {
-	c.mu.Lock()
-	if c.held[holdKey{st.name, st.owner}] == st {
-		delete(c.held, holdKey{st.name, st.owner})
+	if c.held[holdKey{h.name, h.owner}] == h {
+		delete(c.held, holdKey{h.name, h.owner})
 	}
 	c.mu.Unlock()
 }
@@ -283,6 +167,86 @@ func (c *Client) forget(st *holdState) {
 func (c *Client) emit(e Event) {
 	if c.observe != nil {
 		c.observe(e)
+	}
+}
+
+// release ends one hold in the store within ctx: an attempt whose outcome is unknown is tried
+// again with the same hold ID, and when ctx ends before one is confirmed, the background goes
+// on with it.
+func (c *Client) release(ctx context.Context, lease Lease, hold string) error {
+	var err error
+	for attempt := 0; ; attempt++ {
+		_, err = c.b.Release(ctx, lease, hold)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrNotHeld):
+			if attempt > 0 {
+				return nil // an earlier attempt whose outcome was unknown released it
+			}
+			return err
+		case errors.Is(err, ErrInvalid):
+			return err
+		}
+		if attempt == 2 || !pause(ctx, 10*time.Millisecond<<(2*attempt)) {
+			break
+		}
+	}
+	c.undo(lease, hold)
+	return err
+}
+
+// undo ends a hold in the store in the background, for at most the cleanup timeout: an
+// acquisition that may have taken the lock but was not handed out, or a release not confirmed
+// in time. A hold the store does not have is done. The outcome goes to the observer.
+func (c *Client) undo(lease Lease, hold string) {
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		c.background.Add(1)
+	}
+	c.mu.Unlock()
+	if closed {
+		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Err: ErrClosed})
+		return
+	}
+	go func() {
+		defer c.background.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
+		defer cancel()
+		var err error
+		for wait := time.Duration(0); ; wait = min(max(2*wait, 10*time.Millisecond), time.Second) {
+			if !pause(ctx, wait) {
+				if err == nil {
+					err = context.Cause(ctx)
+				}
+				break
+			}
+			_, err = c.b.Release(ctx, lease, hold)
+			if err == nil || errors.Is(err, ErrNotHeld) {
+				err = nil
+				break
+			}
+			if errors.Is(err, ErrInvalid) {
+				break
+			}
+		}
+		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err})
+	}()
+}
+
+// pause waits d, and reports false when ctx ends first.
+func pause(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

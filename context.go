@@ -2,23 +2,20 @@ package fencelock
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
 // lockContext is the context of one lock handle. It ends when the lock is lost or the handle
-// released. Unlike a context from context.WithCancel, its Err and Done read the clock: a holder
+// released, with that as its cause (context.Cause). Its Err and Done read the clock: a holder
 // that resumes from a pause past the validity deadline sees the loss on its next check, before
-// any timer has had a chance to fire.
+// the hold's timer has had a chance to fire.
 //
-// It carries the values of the context given to Obtain but not its cancellation: a request
-// context that ends does not end the lock; releasing it does.
+// It carries the values of the context given to Obtain but neither its cancellation nor its
+// cause: a request context that ends does not end the lock; releasing it does.
 type lockContext struct {
-	parent context.Context
-	st     *holdState
-	mu     sync.Mutex    // guards done and err
-	done   chan struct{} // made on first use: most holders never call Done
-	err    error
+	context.Context // WithCancelCause(WithoutCancel(the context given to Obtain))
+	cancelCause     context.CancelCauseFunc
+	h               *hold
 }
 
 // lockContextKey is the context value key under which a lock context answers with itself, so
@@ -26,68 +23,47 @@ type lockContext struct {
 // looking it up allocates nothing.
 type lockContextKey struct{}
 
+func (c *lockContext) init(parent context.Context, h *hold) {
+	c.Context, c.cancelCause = context.WithCancelCause(context.WithoutCancel(parent))
+	c.h = h
+}
+
 func (c *lockContext) Deadline() (time.Time, bool) { return time.Time{}, false }
 
 func (c *lockContext) Done() <-chan struct{} {
-	c.poll()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done == nil {
-		c.done = make(chan struct{})
-		if c.err != nil {
-			close(c.done)
-		}
-	}
-	return c.done
+	_ = c.h.valid()
+	return c.Context.Done()
 }
 
+// Err returns the cause: an error that matches ErrLost or ErrNotHeld, and context.Canceled.
 func (c *lockContext) Err() error {
-	c.poll()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
+	_ = c.h.valid()
+	if c.Context.Err() == nil {
+		return nil
+	}
+	return context.Cause(c.Context)
 }
 
 func (c *lockContext) Value(key any) any {
 	if _, ok := key.(lockContextKey); ok {
 		return c
 	}
-	return c.parent.Value(key)
+	return c.Context.Value(key)
 }
 
-func (c *lockContext) String() string { return "fencelock.Lock(" + c.st.name + ").Context" }
+func (c *lockContext) String() string { return "fencelock.Lock(" + c.h.name + ").Context" }
 
-// poll ends the lock if its validity deadline has passed.
-func (c *lockContext) poll() {
-	c.mu.Lock()
-	over := c.err != nil
-	c.mu.Unlock()
-	if !over {
-		_ = c.st.valid()
-	}
-}
+func (c *lockContext) cancel(cause error) { c.cancelCause(cause) }
 
-func (c *lockContext) cancel(err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil {
-		return
-	}
-	c.err = err
-	if c.done != nil {
-		close(c.done)
-	}
-}
-
-// heldState returns the hold state of the lock name on c that ctx carries, if any: ctx is, or
+// heldState returns the hold of the lock name on c that ctx carries, if any: ctx is, or
 // derives from, the context of such a lock.
-func heldState(ctx context.Context, c *Client, name string) *holdState {
+func heldState(ctx context.Context, c *Client, name string) *hold {
 	for v := ctx.Value(lockContextKey{}); v != nil; {
 		lc := v.(*lockContext)
-		if lc.st.c == c && lc.st.name == name {
-			return lc.st
+		if lc.h.c == c && lc.h.name == name {
+			return lc.h
 		}
-		v = lc.parent.Value(lockContextKey{})
+		v = lc.Context.Value(lockContextKey{})
 	}
 	return nil
 }

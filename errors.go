@@ -77,6 +77,30 @@ func (releasedError) Is(target error) bool {
 	return target == context.Canceled || target == ErrNotHeld
 }
 
+// bothError is two errors as one, on one line ("first: second"), matching both: an Obtain that
+// gave up because its context ended is not obtained, and ended by that context.
+// errors.Join would put them on two lines, which line-based logs split apart.
+type bothError struct{ first, second error }
+
+func (e *bothError) Error() string   { return e.first.Error() + ": " + e.second.Error() }
+func (e *bothError) Unwrap() []error { return []error{e.first, e.second} }
+
+// notObtainedBy is the error of an acquisition given up because ctx ended: it matches
+// ErrNotObtained, err and the context's cause, and says each once.
+func notObtainedBy(err error, ctx context.Context) error {
+	cause := context.Cause(ctx)
+	switch {
+	case err == nil:
+		err = ErrNotObtained
+	case !errors.Is(err, ErrNotObtained):
+		err = fmt.Errorf("%w: %w", ErrNotObtained, err)
+	}
+	if cause == nil || errors.Is(err, cause) {
+		return err
+	}
+	return &bothError{err, cause}
+}
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }

@@ -6,142 +6,263 @@ import (
 	"time"
 )
 
-// holdState is what a Client knows of one lock it holds for one owner. Reentrant acquisitions
-// by the same owner share it: one renewal, one validity deadline, one loss for all handles.
-type holdState struct {
+// hold is what a Client knows of one lock it holds for one owner: one lock in the store (owner
+// and token name it), shared by every handle the owner obtained on it, with one validity
+// deadline, one renewal at a time and one end. Every way a hold ends goes through this file:
+//
+//	live ──lose──▶ lost        (the store no longer has it, or its deadline passed)
+//	live ──drop──▶ released    (the last handle was released)
+//
+// Each transition does its side effects itself: it stops the deadline timer, cancels every
+// handle's context with the cause, takes the hold off the watchdog and out of the Client's
+// map, and tells the observer. The deadline is armed by the hold: a timer closes Done when the
+// validity passes, whoever else is looking.
+//
+// Locking: mu guards every field below it. The Client's mu and the watchdog's mu may be held
+// while mu is taken, never taken while mu is held.
+type hold struct {
 	c           *Client
 	name, owner string
+	token       int64
 	watchdog    bool
 	onLost      func(string, error)
-	token       int64
 	obtained    time.Time
-	every       time.Duration // renewal interval
-	renewQueued bool          // guarded by c.sched.mu: a renewal is in flight
-	renewDone   chan struct{} // guarded by mu: closed when the in-flight renewal ends
-	mu          sync.Mutex    // guards the fields below
-	ttl         time.Duration
-	deadline    time.Time // validity deadline on the Client's clock
-	renewAt     time.Time // when the watchdog renews next
-	refs        int       // handles not yet released
-	handles     []*lockContext
-	handle0     [1]*lockContext // backs handles while there is one, as there usually is
-	err         error           // set once: lostError or releasedError; the state is over
+	fixedEvery  time.Duration // the renewal interval the caller chose; 0 for TTL/3
+	expiry      *time.Timer   // fires at the deadline; set once, before the hold is shared
+
+	mu       sync.Mutex
+	phase    phase
+	cause    error         // why the hold ended: a *lostError or releasedError
+	ttl      time.Duration // the TTL renewals ask for: the longest any of its holds asked for, or Refresh's
+	every    time.Duration // renewal interval for ttl
+	deadline time.Time     // validity deadline on the Client's clock
+	renewAt  time.Time     // when the watchdog renews next
+	renewing chan struct{} // closed when the renewal in flight ends; nil when none is
+	refs     int           // handles not yet released
+	handles  []*lockContext
+	handle0  [1]*lockContext // backs handles while there is one, as there usually is
 }
 
-// join adds a reentrant hold; it fails when the state is over.
-func (st *holdState) join(deadline time.Time) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.err != nil {
+type phase uint8
+
+const (
+	live phase = iota
+	lost
+	released
+)
+
+// newHold returns the hold of a first grant, trusted until deadline, its timer armed.
+func (c *Client) newHold(h *hold, name, owner string, s *settings, token int64, sent, deadline time.Time, validity time.Duration) {
+	*h = hold{
+		c: c, name: name, owner: owner, token: token, watchdog: !s.noWatchdog,
+		onLost: s.onLost, obtained: sent, fixedEvery: s.renewEvery,
+		ttl: s.ttl, every: s.every, deadline: deadline, refs: 1,
+		// A lock handed over for a short claim is renewed well within it the first time, and
+		// at the usual pace once that renewal gave it its whole TTL.
+		renewAt: sent.Add(min(s.every, validity/3)),
+	}
+	h.handles = h.handle0[:0]
+	h.expiry = time.AfterFunc(deadline.Sub(c.now()), h.expire)
+}
+
+// join adds a handle to a live hold: another hold of the same lock in the store, asked for
+// with ttl. Renewals from now on ask for the longest TTL any hold asked for, so that none
+// shortens what another one was granted. The deadline stays: only a renewal, which sets the
+// store's TTL, moves it.
+func (h *hold) join(ttl time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.phase != live {
 		return false
 	}
-	st.refs++
-	if deadline.After(st.deadline) {
-		st.deadline = deadline
+	h.refs++
+	if ttl > h.ttl {
+		h.ttl = ttl
+		if h.fixedEvery == 0 {
+			h.every = ttl / 3
+		}
 	}
 	return true
 }
 
-func (st *holdState) attach(ctx *lockContext) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.err != nil {
+// attach adds a handle's context, to be cancelled when the hold ends.
+func (h *hold) attach(ctx *lockContext) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.phase != live {
 		return false
 	}
-	st.handles = append(st.handles, ctx)
+	h.handles = append(h.handles, ctx)
 	return true
 }
 
-func (st *holdState) errOrLost() error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.err != nil {
-		return st.err
-	}
-	return &lostError{}
+// err returns why the hold ended, or nil while it is live.
+func (h *hold) err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cause
 }
 
-// valid reports whether the lock is still trusted, ending it when its deadline has passed. It
+// valid reports whether the hold is still trusted, ending it when its deadline has passed. It
 // reads the clock, so a holder that resumes from a pause sees the loss before any timer fires.
-func (st *holdState) valid() error {
-	now := st.c.now()
-	st.mu.Lock()
-	err, deadline := st.err, st.deadline
-	st.mu.Unlock()
-	if err != nil {
-		return err
+func (h *hold) valid() error {
+	now := h.c.now()
+	h.mu.Lock()
+	cause, deadline := h.cause, h.deadline
+	h.mu.Unlock()
+	if cause != nil || now.Before(deadline) {
+		return cause
 	}
-	if now.Before(deadline) {
-		return nil
-	}
-	st.end(&lostError{reason: fmt.Errorf("validity deadline passed %v ago without a confirmed renewal", now.Sub(deadline))}, true)
-	return st.errOrLost()
+	h.lose(fmt.Errorf("validity deadline passed %v ago without a confirmed renewal", now.Sub(deadline)))
+	return h.err()
 }
 
-// extend records a confirmed renewal sent at sent, vouched for validity (the TTL when zero).
-func (st *holdState) extend(sent time.Time, ttl, validity time.Duration) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.err != nil {
+// expire is the deadline timer: it ends the hold, or waits on when the deadline moved.
+func (h *hold) expire() {
+	now := h.c.now()
+	h.mu.Lock()
+	if h.phase != live {
+		h.mu.Unlock()
 		return
+	}
+	if left := h.deadline.Sub(now); left > 0 {
+		h.expiry.Reset(left)
+		h.mu.Unlock()
+		return
+	}
+	late := now.Sub(h.deadline)
+	h.mu.Unlock()
+	h.lose(fmt.Errorf("validity deadline passed %v ago without a confirmed renewal", late))
+}
+
+// setDeadline moves the deadline and its timer; h.mu is held.
+func (h *hold) setDeadline(d time.Time) {
+	h.deadline = d
+	h.expiry.Reset(max(d.Sub(h.c.now()), 0))
+}
+
+// lease names the hold for the backend, with the TTL renewals ask for now.
+func (h *hold) lease() Lease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return Lease{Name: h.name, Owner: h.owner, TTL: h.ttl, Token: h.token}
+}
+
+// claim makes ch the renewal in flight, if none is and the hold is live. The store sees one
+// renewal of a hold at a time, so the last one confirmed is the last one that set its TTL.
+func (h *hold) claim(ch chan struct{}) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.phase != live || h.renewing != nil {
+		return false
+	}
+	h.renewing = ch
+	return true
+}
+
+// unclaim ends the renewal ch; the caller closes ch.
+func (h *hold) unclaim(ch chan struct{}) {
+	h.mu.Lock()
+	if h.renewing == ch {
+		h.renewing = nil
+	}
+	h.mu.Unlock()
+}
+
+// renewed records a renewal sent at sent that asked for ttl and was confirmed, vouched for
+// validity (the TTL when zero). The deadline is set from it, earlier or later than before:
+// renewals do not overlap, and this one set the store's TTL last. refresh says it was a
+// Refresh, whose TTL the hold keeps from now on. It reports whether the hold was still live.
+func (h *hold) renewed(sent time.Time, ttl, validity time.Duration, refresh bool) (renewAt time.Time, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.phase != live {
+		return time.Time{}, false
+	}
+	if refresh {
+		h.ttl = ttl
+		if h.fixedEvery == 0 {
+			h.every = ttl / 3
+		}
 	}
 	v := ttl
 	if validity > 0 && validity < v {
 		v = validity
 	}
-	if d := sent.Add(v - drift(ttl)); d.After(st.deadline) {
-		st.deadline = d
-	}
-	st.renewAt = sent.Add(min(st.every, v/3))
+	h.setDeadline(sent.Add(v - drift(v)))
+	h.renewAt = sent.Add(min(h.every, v/3))
+	return h.renewAt, true
 }
 
-// end finishes the state with err, cancels every handle's context and stops its renewal. The
-// first call wins.
-func (st *holdState) end(err error, lost bool) {
-	st.mu.Lock()
-	if st.err != nil {
-		st.mu.Unlock()
+// retrySoon schedules the next renewal after one whose outcome is unknown: soon, while the
+// deadline leaves time.
+func (h *hold) retrySoon() {
+	now := h.c.now()
+	h.mu.Lock()
+	h.renewAt = now.Add(min(h.every/4, h.deadline.Sub(now)/2))
+	h.mu.Unlock()
+}
+
+// lose ends a live hold as lost, with reason.
+func (h *hold) lose(reason error) {
+	h.mu.Lock()
+	if h.phase != live {
+		h.mu.Unlock()
 		return
 	}
-	st.err = err
-	handles := st.handles
-	st.handles = nil
-	st.mu.Unlock()
-	st.c.forget(st)
-	st.c.sched.remove(st)
-	for _, h := range handles {
-		h.cancel(err)
+	h.phase = lost
+	h.cause = &lostError{reason: reason}
+	handles := h.end()
+	h.mu.Unlock()
+	h.off()
+	for _, lc := range handles {
+		lc.cancel(h.cause)
 	}
-	if lost {
-		st.c.emit(Event{Kind: EventLost, Name: st.name, Token: st.token, Duration: st.c.now().Sub(st.obtained), Err: err})
-		if st.onLost != nil {
-			st.onLost(st.name, err)
-		}
+	h.c.emit(Event{Kind: EventLost, Name: h.name, Token: h.token, Duration: h.c.now().Sub(h.obtained), Err: h.cause})
+	if h.onLost != nil {
+		h.onLost(h.name, h.cause)
 	}
 }
 
-// drop releases one handle. When it was the last, the state ends and drop waits until a
-// renewal in flight has finished, so that no renewal runs after the lock is released.
-func (st *holdState) drop(ctx *lockContext) (last bool) {
-	st.mu.Lock()
-	for i, h := range st.handles {
-		if h == ctx {
-			st.handles = append(st.handles[:i], st.handles[i+1:]...)
+// drop releases the handle ctx. When it was the last, the hold ends as released, and drop
+// returns the renewal in flight, if any, for Release to wait for.
+func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}) {
+	h.mu.Lock()
+	for i, lc := range h.handles {
+		if lc == ctx {
+			h.handles = append(h.handles[:i], h.handles[i+1:]...)
 			break
 		}
 	}
-	st.refs--
-	last = st.refs <= 0
-	st.mu.Unlock()
-	if !last {
-		return false
+	h.refs--
+	if h.refs > 0 || h.phase != live {
+		h.mu.Unlock()
+		ctx.cancel(releasedError{})
+		return nil
 	}
-	st.end(releasedError{}, false)
-	st.mu.Lock()
-	done := st.renewDone
-	st.mu.Unlock()
-	if done != nil {
-		<-done
+	h.phase = released
+	h.cause = releasedError{}
+	handles := h.end()
+	renewing = h.renewing
+	h.mu.Unlock()
+	h.off()
+	ctx.cancel(releasedError{})
+	for _, lc := range handles {
+		lc.cancel(releasedError{})
 	}
-	return true
+	return renewing
+}
+
+// end stops the timer and takes the handles, as the hold ends; h.mu is held.
+func (h *hold) end() []*lockContext {
+	h.expiry.Stop()
+	handles := h.handles
+	h.handles = nil
+	return handles
+}
+
+// off takes an ended hold off the watchdog and out of the Client's map.
+func (h *hold) off() {
+	h.c.forget(h)
+	h.c.dog.remove(h)
 }

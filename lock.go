@@ -9,15 +9,14 @@ import (
 )
 
 // Lock is one hold of a lock. Its methods are safe for concurrent use and safe to call on a
-// nil *Lock, which reports ErrNotHeld.
+// nil *Lock, which reports ErrNotHeld. The holds one owner has of one lock share a validity
+// deadline and a renewal, and are lost together.
 type Lock struct {
 	c        *Client
-	st       *holdState
-	ctx      *lockContext // points at lctx
-	lctx     lockContext  // one allocation with the Lock
+	h        *hold
+	lctx     lockContext
 	hold     string
 	count    int
-	ttl      time.Duration
 	released atomic.Bool
 }
 
@@ -26,7 +25,7 @@ func (l *Lock) Name() string {
 	if l == nil {
 		return ""
 	}
-	return l.st.name
+	return l.h.name
 }
 
 // Token returns the fencing token: strictly greater than every token issued before for this
@@ -36,7 +35,7 @@ func (l *Lock) Token() int64 {
 	if l == nil {
 		return 0
 	}
-	return l.st.token
+	return l.h.token
 }
 
 // Owner returns the owner ID the lock is held under.
@@ -44,7 +43,7 @@ func (l *Lock) Owner() string {
 	if l == nil {
 		return ""
 	}
-	return l.st.owner
+	return l.h.owner
 }
 
 // HoldCount returns the hold count the store reported when this hold was obtained: 1 for a
@@ -57,15 +56,16 @@ func (l *Lock) HoldCount() int {
 }
 
 // Context returns a context that ends the moment the lock can no longer be trusted: lost,
-// expired past its validity deadline, or released. Its Err reads the clock, so a check right
-// before a write sees a deadline that passed while the process was paused. The context carries
-// the values of the context given to Obtain, and re-enters this lock when given to Obtain for
-// the same name.
+// expired past its validity deadline, or released; context.Cause says which. Its Err reads the
+// clock, so a check right before a write sees a deadline that passed while the process was
+// paused, and Done closes by itself when the deadline passes. The context carries the values
+// of the context given to Obtain, and re-enters this lock when given to Obtain for the same
+// name.
 func (l *Lock) Context() context.Context {
 	if l == nil {
 		return closedContext{}
 	}
-	return l.ctx
+	return &l.lctx
 }
 
 // Valid returns nil while the lock is trusted, and otherwise the reason it is not (matching
@@ -77,7 +77,7 @@ func (l *Lock) Valid() error {
 	if l.released.Load() {
 		return fmt.Errorf("%w: released", ErrNotHeld)
 	}
-	return l.st.valid()
+	return l.h.valid()
 }
 
 // ValidUntil returns the validity deadline: the time, on the Client's clock, after which the
@@ -86,14 +86,16 @@ func (l *Lock) ValidUntil() time.Time {
 	if l == nil {
 		return time.Time{}
 	}
-	l.st.mu.Lock()
-	defer l.st.mu.Unlock()
-	return l.st.deadline
+	l.h.mu.Lock()
+	defer l.h.mu.Unlock()
+	return l.h.deadline
 }
 
-// Refresh extends the lock by ttl (the lock's TTL when ttl is zero) in the store and moves the
-// validity deadline; later watchdog renewals use the new TTL. It is how a holder with the
-// watchdog off keeps the lock.
+// Refresh sets the lock's TTL in the store to ttl (the lock's current TTL when ttl is zero),
+// shorter or longer than before, and the validity deadline to ttl from when the refresh was
+// sent; later watchdog renewals use the new TTL. It is how a holder with the watchdog off keeps
+// the lock. A watchdog renewal on its way is waited for first, within ctx, so that it cannot
+// undo the refresh. Refresh returns by ctx's deadline.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := l.Valid(); err != nil {
 		return err
@@ -101,31 +103,48 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return invalidf("nil context")
 	}
-	st := l.st
-	st.mu.Lock()
+	h := l.h
+	lease := h.lease()
 	if ttl == 0 {
-		ttl = st.ttl
+		ttl = lease.TTL
 	}
-	st.mu.Unlock()
-	s := settings{ttl: ttl, renewEvery: st.every}
+	s := settings{ttl: ttl, renewEvery: h.fixedEvery}
 	if err := s.validate(); err != nil {
 		return err
 	}
+	lease.TTL = ttl
+	mine := make(chan struct{})
+	defer close(mine)
+	for !h.claim(mine) {
+		h.mu.Lock()
+		busy, cause := h.renewing, h.cause
+		h.mu.Unlock()
+		if cause != nil {
+			return cause
+		}
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: waiting for the renewal on its way: %w", ErrUnavailable, context.Cause(ctx))
+		}
+	}
+	defer h.unclaim(mine)
 	sent := l.c.now()
-	r := l.c.b.Renew(ctx, []Lease{{Name: st.name, Owner: st.owner, TTL: ttl}})
+	r := l.c.b.Renew(ctx, []Lease{lease})
 	if len(r) == 0 {
 		return fmt.Errorf("%w: backend returned no renewal result", ErrUnavailable)
 	}
 	switch err := r[0].Err; {
 	case err == nil:
-		st.mu.Lock()
-		st.ttl = ttl
-		st.mu.Unlock()
-		st.extend(sent, ttl, r[0].Validity)
-		l.c.emit(Event{Kind: EventRenewed, Name: st.name, Token: st.token, Duration: l.c.now().Sub(sent)})
+		renewAt, ok := h.renewed(sent, ttl, r[0].Validity, true)
+		if !ok {
+			return h.err()
+		}
+		l.c.dog.rescheduled(h, renewAt)
+		l.c.emit(Event{Kind: EventRenewed, Name: h.name, Token: h.token, Duration: l.c.now().Sub(sent)})
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		st.end(&lostError{reason: err}, true)
+		h.lose(err)
 		return err
 	default:
 		return err
@@ -133,12 +152,14 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 // Release ends this hold. The watchdog has stopped renewing the lock by the time Release
-// returns, and the lock's context has ended. It returns an error matching ErrNotHeld when the
-// lock is nil, was released already, or expired and was taken by someone else; in that last
-// case the other holder's lock is left intact.
+// returns (when ctx let it wait for a renewal on its way), and the lock's context has ended.
+// It returns an error matching ErrNotHeld when the lock is nil, was released already, or
+// expired and was taken by someone else; in that last case the other holder's lock is left
+// intact.
 //
-// A release whose outcome is unknown (a timeout) is retried with the same hold ID, so it never
-// decrements a reentrant hold count twice.
+// A release whose outcome is unknown (a timeout) is tried again with the same hold ID, so it
+// never decrements a reentrant hold count twice; when ctx ends before one is confirmed, Release
+// returns the error and the Client goes on trying in the background (see WithCleanupTimeout).
 func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lock", ErrNotHeld)
@@ -149,32 +170,21 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: released already", ErrNotHeld)
 	}
-	st := l.st
-	l.ctx.cancel(releasedError{})
-	st.drop(l.ctx)
-
-	lease := Lease{Name: st.name, Owner: st.owner, TTL: l.ttl}
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		_, err = l.c.b.Release(ctx, lease, l.hold)
-		if err == nil || errors.Is(err, ErrInvalid) || ctx.Err() != nil {
-			break
-		}
-		if errors.Is(err, ErrNotHeld) {
-			if attempt > 0 {
-				// An earlier attempt whose outcome was unknown released it.
-				err = nil
-			}
-			break
+	h := l.h
+	if renewing := h.drop(&l.lctx); renewing != nil {
+		select {
+		case <-renewing:
+		case <-ctx.Done():
 		}
 	}
-	l.c.emit(Event{Kind: EventReleased, Name: st.name, Token: st.token, Duration: l.c.now().Sub(st.obtained), Err: err})
+	err := l.c.release(ctx, h.lease(), l.hold)
+	l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: l.c.now().Sub(h.obtained), Err: err})
 	return err
 }
 
 // lostErr returns the loss of the lock, or nil.
 func (l *Lock) lostErr() error {
-	if err := l.st.valid(); errors.Is(err, ErrLost) {
+	if err := l.h.valid(); errors.Is(err, ErrLost) {
 		return err
 	}
 	return nil

@@ -37,6 +37,7 @@ type quietLogger struct{}
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
+	runWorkerIfAsked()
 	redis.SetLogger(quietLogger{}) // go-redis reports every Sentinel switch on stderr
 	var err error
 	single, err = testserver.NewRedis()

@@ -28,6 +28,10 @@ const (
 	EventLost
 	// EventReleased: a hold was released; Duration is how long it was held.
 	EventReleased
+	// EventCleanup: an acquisition that may have reached the store but was not handed out (its
+	// reply was lost, or came too late) was undone in the background; Err is set when the undo
+	// failed too, and the lock then expires by its TTL.
+	EventCleanup
 )
 
 func (k EventKind) String() string {
@@ -46,6 +50,8 @@ func (k EventKind) String() string {
 		return "lost"
 	case EventReleased:
 		return "released"
+	case EventCleanup:
+		return "cleanup"
 	}
 	return "unknown"
 }

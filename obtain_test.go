@@ -302,7 +302,7 @@ func TestRetryStrategies(t *testing.T) {
 		}
 	}
 	lim := fencelock.LimitRetry(fencelock.LinearBackoff(time.Millisecond), 2)
-	if lim.NextBackoff() == 0 || lim.NextBackoff() == 0 || lim.NextBackoff() != 0 {
+	if first, second, third := lim.NextBackoff(), lim.NextBackoff(), lim.NextBackoff(); first == 0 || second == 0 || third != 0 {
 		t.Fatal("limit 2 must allow two retries, then stop")
 	}
 	jit := fencelock.WithJitter(fencelock.LinearBackoff(100*time.Millisecond), 0.5)

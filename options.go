@@ -23,7 +23,8 @@ type settings struct {
 	owner       string
 	retry       RetryStrategy
 	noWatchdog  bool
-	renewEvery  time.Duration
+	renewEvery  time.Duration // as the caller set it; 0 for the default
+	every       time.Duration // the renewal interval for ttl, resolved by validate
 	onLost      func(name string, err error)
 	waitTimeout time.Duration
 	hasWait     bool
@@ -56,8 +57,13 @@ func WithRetry(r RetryStrategy) Option { return func(s *settings) { s.retry = r 
 func WithWatchdog(on bool) Option { return func(s *settings) { s.noWatchdog = !on } }
 
 // WithRenewInterval sets how often the watchdog renews. It must leave room for a retry before
-// the validity deadline: at most half of TTL minus the drift allowance. Default: TTL/3.
+// the validity deadline — at most half of TTL minus the drift allowance — and must not flood
+// the store: at least 1/100 of the TTL and at least MinRenewInterval. Default: TTL/3, which
+// follows the TTL when Refresh changes it; an explicit interval stays.
 func WithRenewInterval(d time.Duration) Option { return func(s *settings) { s.renewEvery = d } }
+
+// MinRenewInterval is the shortest renewal interval accepted (see WithRenewInterval).
+const MinRenewInterval = time.Millisecond
 
 // WithOnLost sets a function called once, from the Client's renewal goroutine or the goroutine
 // that noticed, when the lock is lost; err matches ErrLost and says why. It must not block.
@@ -76,8 +82,10 @@ func WithWaitTimeout(d time.Duration) Option {
 	return func(s *settings) { s.waitTimeout, s.hasWait = d, true }
 }
 
-// drift is the allowance subtracted from a TTL to get the time the client trusts the lock:
-// clock-rate differences between client and store (1%) and timer granularity (2ms).
+// drift is the allowance subtracted from a validity v (the time the store keeps a lock, counted
+// from a send) to get the time the client trusts it: clock-rate differences between client and
+// store (1% of v) and timer granularity (2ms). It is measured on v, not on the TTL: a lock
+// handed over for 5 s with a TTL of 10 min loses 52 ms to drift, not 6 s.
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 func (s *settings) validate() error {
@@ -90,14 +98,8 @@ func (s *settings) validate() error {
 	if s.ttl%time.Millisecond != 0 {
 		return invalidf("TTL %v is not a whole number of milliseconds", s.ttl)
 	}
-	if s.renewEvery < 0 {
-		return invalidf("renewal interval must be positive, got %v", s.renewEvery)
-	}
-	if s.renewEvery == 0 {
-		s.renewEvery = s.ttl / 3
-	}
-	if limit := (s.ttl - drift(s.ttl)) / 2; s.renewEvery > limit {
-		return invalidf("renewal interval %v is too long for TTL %v: at most %v leaves room for one retry", s.renewEvery, s.ttl, limit)
+	if err := s.interval(); err != nil {
+		return err
 	}
 	if len(s.meta) > MaxMetadata {
 		return invalidf("metadata of %d bytes is longer than the maximum %d", len(s.meta), MaxMetadata)
@@ -105,6 +107,25 @@ func (s *settings) validate() error {
 	if s.waitTimeout < 0 {
 		return invalidf("wait timeout must not be negative, got %v", s.waitTimeout)
 	}
+	return nil
+}
+
+// interval resolves and checks the renewal interval for the TTL.
+func (s *settings) interval() error {
+	switch {
+	case s.renewEvery < 0:
+		return invalidf("renewal interval must be positive, got %v", s.renewEvery)
+	case s.renewEvery == 0:
+		s.every = s.ttl / 3
+		return nil
+	}
+	if limit := (s.ttl - drift(s.ttl)) / 2; s.renewEvery > limit {
+		return invalidf("renewal interval %v is too long for TTL %v: at most %v leaves room for one retry", s.renewEvery, s.ttl, limit)
+	}
+	if floor := max(s.ttl/100, MinRenewInterval); s.renewEvery < floor {
+		return invalidf("renewal interval %v is too short for TTL %v: at least %v", s.renewEvery, s.ttl, floor)
+	}
+	s.every = s.renewEvery
 	return nil
 }
 
@@ -129,8 +150,20 @@ func WithObserver(fn func(Event)) ClientOption { return func(c *Client) { c.obse
 // WithObserver.
 func WithLogger(h slog.Handler) ClientOption { return WithObserver(slogObserver(h)) }
 
-// WithCleanupTimeout bounds the cleanup after an ambiguous acquire, which runs on a fresh
-// context of its own. Default: 2s.
+// WithCleanupTimeout bounds each piece of clean-up the Client does in the background: undoing
+// an acquisition whose outcome was unknown or whose grant came too late, and finishing a
+// Release that its own context did not let finish. Close waits for that work, so this also
+// bounds Close. It must be positive and at most MaxCleanupTimeout; otherwise every call of the
+// Client fails with an error matching ErrInvalid. Default: 2s.
 func WithCleanupTimeout(d time.Duration) ClientOption {
-	return func(c *Client) { c.cleanupTimeout = d }
+	return func(c *Client) {
+		if d <= 0 || d > MaxCleanupTimeout {
+			c.err = invalidf("cleanup timeout %v: want more than 0 and at most %v", d, MaxCleanupTimeout)
+			return
+		}
+		c.cleanupTimeout = d
+	}
 }
+
+// MaxCleanupTimeout is the longest cleanup timeout accepted (see WithCleanupTimeout).
+const MaxCleanupTimeout = 10 * time.Minute

@@ -3,6 +3,8 @@ package fencelock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,5 +120,55 @@ func TestReentrancyIsPerName(t *testing.T) {
 	defer l.Release(ctx)
 	if l.Context().Value(key{}) != "v" {
 		t.Fatal("lock context lost the caller's values")
+	}
+}
+
+// Two goroutines obtaining the lock with the same owner at once are two holds of one lock: the
+// replies may come back in either order, and neither may end the other as lost.
+func TestSameOwnerConcurrentObtains(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		obtain func(c *fencelock.Client, ctx context.Context, name string, opts ...fencelock.Option) (*fencelock.Lock, error)
+	}{
+		{"TryObtain", (*fencelock.Client).TryObtain},
+		{"Obtain", (*fencelock.Client).Obtain}, // the queued path
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 60*time.Second)
+			rdb := singleClient(t)
+			b := redisbackend.New(rdb, redisbackend.WithPipelining(0))
+			c := fencelock.New(b)
+			defer c.Close()
+			lost := 0
+			for round := range 150 {
+				name := lockName(t, fmt.Sprint(round))
+				var locks [2]*fencelock.Lock
+				var errs [2]error
+				var wg sync.WaitGroup
+				for i := range locks {
+					wg.Go(func() {
+						locks[i], errs[i] = tc.obtain(c, ctx, name, fencelock.WithOwner("shared-owner"))
+					})
+				}
+				wg.Wait()
+				for i := range locks {
+					if errs[i] != nil {
+						t.Fatalf("round %d: %v", round, errs[i])
+					}
+				}
+				for _, l := range locks {
+					if err := l.Valid(); err != nil {
+						lost++
+						t.Logf("round %d: %v (hold count in Redis: %s)", round, err, rdb.HGet(ctx, b.Key(name), "count").Val())
+					}
+				}
+				for _, l := range locks {
+					_ = l.Release(ctx)
+				}
+			}
+			if lost > 0 {
+				t.Fatalf("%d of 300 validly held locks reported lost", lost)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package fencelock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -331,4 +332,47 @@ func (b *shortGrantBackend) Acquire(ctx context.Context, req fencelock.Request) 
 	g, err := b.Backend.Acquire(ctx, req)
 	g.Validity = 150 * time.Millisecond
 	return g, err
+}
+
+// A lock obtained while the watchdog is between two rounds — here while an observer told of
+// another lock's loss is still running — must be renewed like any other, and its context must
+// end by itself if it ever is not.
+func TestWatchdogRenewsLockObtainedDuringTick(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	rdb := singleClient(t)
+	inObserver, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	observe := func(e fencelock.Event) {
+		if e.Kind == fencelock.EventLost && strings.HasSuffix(e.Name, ":expiring") {
+			once.Do(func() {
+				close(inObserver)
+				select { // a slow log sink, say
+				case <-proceed:
+				case <-time.After(5 * time.Second):
+				}
+			})
+		}
+	}
+	c, other := newLocker(t, rdb, fencelock.WithObserver(observe)), newLocker(t, rdb)
+	name := lockName(t)
+	// A lock without the watchdog runs out while no one looks at it.
+	if _, err := c.Obtain(ctx, name+":expiring", fencelock.WithTTL(100*time.Millisecond), fencelock.WithWatchdog(false)); err != nil {
+		t.Fatal(err)
+	}
+	<-inObserver
+	const ttl = 600 * time.Millisecond
+	lock, err := c.Obtain(ctx, name, fencelock.WithTTL(ttl))
+	close(proceed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	select {
+	case <-lock.Context().Done():
+		t.Fatalf("lost: %v", context.Cause(lock.Context()))
+	case <-time.After(4 * ttl):
+	}
+	if _, err := other.TryObtain(ctx, name); !errors.Is(err, fencelock.ErrNotObtained) {
+		t.Fatalf("another client got a lock the watchdog should have kept (holder's Valid() = %v): %v", lock.Valid(), err)
+	}
 }

@@ -19,8 +19,8 @@ var (
 // List implements fencelock.Lister with SCAN over every master; it sees the locks held when
 // each key was scanned, not one instant.
 func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, error) {
-	if b.err != nil {
-		return nil, b.err
+	if err := b.open(); err != nil {
+		return nil, err
 	}
 	match := globEscape(b.prefix+"{"+prefix) + "*}"
 	var names []string

@@ -76,6 +76,8 @@ type Backend struct {
 	lastTTL      atomic.Pointer[boxedTTL]
 	watch        *releasewatch.Set
 	pipe         pipeliner
+	bg           background
+	closed       atomic.Bool // set by Close: every call fails, the background work finishes
 }
 
 var (
@@ -99,7 +101,8 @@ func WithFenceRetention(d time.Duration) Option { return func(b *Backend) { b.re
 // WithReplicas makes every acquisition wait until n replicas acknowledged it (WAIT n timeout).
 // When fewer answer within timeout, the acquisition fails with an error matching
 // fencelock.ErrUnavailable and the lock is released again, so that a failover cannot hand out
-// the same lock, and repeat its fencing token, from a replica that never saw it.
+// the same lock, and repeat its fencing token, from a replica that never saw it. A timeout
+// below 1ms is refused: WAIT counts in milliseconds, and WAIT n 0 waits forever.
 // Default: 0, no waiting.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(b *Backend) { b.replicas, b.replicaTO = n, timeout }
@@ -141,8 +144,9 @@ func New(c Client, opts ...Option) *Backend {
 		b.err = fmt.Errorf("%w: fence retention must be positive, got %v", fencelock.ErrInvalid, b.retention)
 	case b.pipe.max < 0:
 		b.err = fmt.Errorf("%w: pipelining %d: want 0 (off) or more", fencelock.ErrInvalid, b.pipe.max)
-	case b.replicas < 0 || (b.replicas > 0 && b.replicaTO <= 0):
-		b.err = fmt.Errorf("%w: replicas %d with timeout %v", fencelock.ErrInvalid, b.replicas, b.replicaTO)
+	case b.replicas < 0 || (b.replicas > 0 && b.replicaTO < time.Millisecond):
+		// WAIT counts in milliseconds, and WAIT n 0 blocks until n replicas answer.
+		b.err = fmt.Errorf("%w: replicas %d with timeout %v: want a timeout of 1ms or more", fencelock.ErrInvalid, b.replicas, b.replicaTO)
 	}
 	b.retentionArg = b.retention.Milliseconds()
 	b.id = newID()
@@ -168,6 +172,17 @@ func isNilPointer(c Client) bool {
 	return false
 }
 
+// open reports why the Backend cannot be used at all: an unusable option, or Close.
+func (b *Backend) open() error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.closed.Load() {
+		return errClosed
+	}
+	return nil
+}
+
 // Key returns the key of the lock name.
 func (b *Backend) Key(name string) string { return b.prefix + "{" + name + "}" }
 
@@ -177,9 +192,10 @@ func (b *Backend) channelKey(name string) string { return b.Key(name) + ":releas
 // usable reports why name cannot be locked. A name that starts with '}' would make the hash tag
 // of its keys empty, and Redis Cluster would then hash each key whole, into different slots.
 func (b *Backend) usable(name string) error {
+	if err := b.open(); err != nil {
+		return err
+	}
 	switch {
-	case b.err != nil:
-		return b.err
 	case name == "":
 		return fmt.Errorf("%w: empty lock name", fencelock.ErrInvalid)
 	case name[0] == '}':
@@ -208,7 +224,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		reply, err = b.pipe.run(ctx, acquireScript, keys, args...).Slice()
 	}
 	if err != nil {
-		return fencelock.Grant{}, classify(err)
+		return fencelock.Grant{}, b.failed(req, err)
 	}
 	res, ok := int64s(reply)
 	if !ok || len(reply) < 2 || (res[0] == 1 && len(reply) < 3) {
@@ -218,7 +234,8 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Remaining: time.Duration(res[1]) * time.Millisecond}
 	}
 	if acked >= 0 && acked < b.replicas {
-		b.undo(ctx, req)
+		// Not handed out; the Client releases it, as after any acquisition that failed but may
+		// have taken the lock.
 		return fencelock.Grant{}, fmt.Errorf("%w: only %d of %d replicas acknowledged the lock within %v", fencelock.ErrUnavailable, acked, b.replicas, b.replicaTO)
 	}
 	return fencelock.Grant{Token: res[1], Count: int(res[2])}, nil
@@ -277,10 +294,33 @@ func (b *Backend) replicated(ctx context.Context, script *redis.Script, src stri
 		}
 		n, err := wait.Int64()
 		if err != nil {
-			n = 0
+			// The script ran and may hold the lock; the caller's clean-up releases it.
+			return nil, 0, &waitError{err: err}
 		}
 		return eval.Val(), int(n), nil
 	}
+}
+
+// waitError is a WAIT that failed after the script it follows ran: the script may have taken
+// the lock.
+type waitError struct{ err error }
+
+func (e *waitError) Error() string { return "WAIT after the script: " + e.err.Error() }
+func (e *waitError) Unwrap() error { return e.err }
+
+// failed classifies the error of an acquisition. A WAIT that the server refused (a writable
+// replica refuses it) is a configuration the caller must change, so the error matches
+// fencelock.ErrInvalid, which tells the Client nothing was taken: the Backend releases what
+// the script may have taken itself.
+func (b *Backend) failed(req fencelock.Request, err error) error {
+	var werr *waitError
+	if errors.As(err, &werr) {
+		b.undo(req)
+		if _, refused := errors.AsType[redis.Error](err); refused {
+			return fmt.Errorf("%w: WithReplicas: the server refused %w", fencelock.ErrInvalid, werr)
+		}
+	}
+	return classify(err)
 }
 
 // Renew implements fencelock.Backend. The leases go out as one pipeline, which the Cluster
@@ -293,7 +333,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	if len(leases) == 1 {
 		l := leases[0]
 		if errs[0].Err == nil {
-			errs[0].Err = renewResult(l.Name, renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL)))
+			errs[0].Err = renewResult(l.Name, renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL), l.Token))
 		}
 		return errs
 	}
@@ -301,7 +341,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	_, _ = b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, l := range leases {
 			if errs[i].Err == nil {
-				cmds[i] = renewScript.EvalSha(ctx, p, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL))
+				cmds[i] = renewScript.EvalSha(ctx, p, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL), l.Token)
 			}
 		}
 		return nil
@@ -312,7 +352,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 		}
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			l := leases[i]
-			cmd = renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL))
+			cmd = renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL), l.Token)
 		}
 		errs[i].Err = renewResult(leases[i].Name, cmd)
 	}
@@ -367,6 +407,11 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
 	}
+	return b.release(ctx, lease, hold)
+}
+
+// release is Release for a usable name, also while the Backend closes.
+func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
 	publish := "PUBLISH"
 	if b.sharded {
 		publish = "SPUBLISH"
@@ -414,9 +459,13 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 	return info, nil
 }
 
-// Close ends the release subscriptions still open. Waiters end theirs when they stop waiting,
-// so Close is only needed when a Backend is dropped while Obtain calls are still waiting.
+// Close ends the release subscriptions still open and waits for the Backend's clean-up in the
+// background (taking waiters out of line, at most 2 s). Every call after Close fails with an
+// error matching fencelock.ErrClosed. Close is only needed when a Backend is dropped while the
+// program goes on; it is idempotent.
 func (b *Backend) Close() error {
+	b.closed.Store(true)
+	b.bg.close()
 	b.watch.Close()
 	return nil
 }

@@ -77,11 +77,13 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 	if joined {
 		defer b.watch.Remove(channel, w)
 	}
-	sent := start
-	g, pttl, err := b.queueAttempt(ctx, req, keys, args)
+	// seen is the latest attempt that found the caller waiting: when it was sent, and the last
+	// token the lock had then.
+	seen := attemptSeen{sent: start}
+	g, sent, err := b.queueAttempt(ctx, req, keys, args, &seen)
 	if err != nil || g != nil {
 		if err != nil && !errors.Is(err, fencelock.ErrInvalid) {
-			b.leave(ctx, keys, req) // the attempt may have put it in line
+			b.leave(keys, req) // the attempt may have put it in line
 		}
 		return b.queued(ctx, req, g, start, sent, err)
 	}
@@ -91,45 +93,70 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 		ready, err := b.watch.Add(ctx, channel, w)
 		defer b.watch.Remove(channel, w)
 		if err != nil {
-			b.leave(ctx, keys, req) // a grant after this return would hold the lock for no one
+			b.leave(keys, req) // a grant after this return would hold the lock for no one
 			return fencelock.Grant{}, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, channel, err)
 		}
 		subscribed = ready
 	}
 	next := subscribeTimeout
 	if joined {
-		next = waitFor(life, pttl)
+		next = waitFor(life, seen.pttl)
 	}
 	timer := time.NewTimer(next)
 	defer timer.Stop()
 	for {
 		select {
 		case t := <-granted:
-			return b.queued(ctx, req, &fencelock.Grant{Token: t, Count: 1, Validity: handed}, start, sent, nil)
+			if g := seen.handover(t, handed); g != nil {
+				return b.queued(ctx, req, g, start, seen.sent, nil)
+			}
+			continue
 		case <-subscribed:
 			// Attempt again now that no grant can pass unseen.
 			subscribed = nil
 		case <-w.Wake:
 		case <-timer.C:
 		case <-ctx.Done():
-			b.leave(ctx, keys, req)
+			b.leave(keys, req)
 			return fencelock.Grant{}, ctx.Err()
 		}
 		select {
 		case t := <-granted:
-			return b.queued(ctx, req, &fencelock.Grant{Token: t, Count: 1, Validity: handed}, start, sent, nil)
+			if g := seen.handover(t, handed); g != nil {
+				return b.queued(ctx, req, g, start, seen.sent, nil)
+			}
 		default:
 		}
-		sent = time.Now()
-		g, pttl, err = b.queueAttempt(ctx, req, keys, args)
+		g, sent, err = b.queueAttempt(ctx, req, keys, args, &seen)
 		if err != nil || g != nil {
 			if err != nil {
-				b.leave(ctx, keys, req)
+				b.leave(keys, req)
 			}
 			return b.queued(ctx, req, g, start, sent, err)
 		}
-		timer.Reset(waitFor(life, pttl))
+		timer.Reset(waitFor(life, seen.pttl))
 	}
+}
+
+// attemptSeen is what the latest attempt that found a waiter in line saw.
+type attemptSeen struct {
+	sent time.Time // when it was sent
+	pttl int64     // the holder's PTTL in ms, -1 when an earlier waiter is next
+	last int64     // the last token issued for the lock when it ran
+}
+
+// handover turns a hand-over to the waiter, announced with token, into a grant that lasts
+// handed from the latest attempt's send — or returns nil when the hand-over is gone. The
+// announcement travels apart from the replies, so it may be read after an attempt that ran
+// later than the hand-over: an attempt that ran later saw token as issued already, and found
+// the waiter in line again, so the hand-over had lapsed by then (a waiter that was paused).
+// One that ran earlier was sent before the hand-over was made, so counting from its send is
+// safe.
+func (a *attemptSeen) handover(token int64, handed time.Duration) *fencelock.Grant {
+	if token <= a.last {
+		return nil
+	}
+	return &fencelock.Grant{Token: token, Count: 1, Validity: handed}
 }
 
 // waitFor returns how long a waiter waits for a message before its next attempt: it renews its
@@ -143,26 +170,28 @@ func waitFor(life time.Duration, pttl int64) time.Duration {
 	return min(next, time.Duration(pttl)*time.Millisecond+rand.N(5*time.Millisecond))
 }
 
-// queueAttempt runs the queue script once: a grant, or the holder's PTTL in ms (-1 when an
-// earlier waiter is next for a free lock).
-func (b *Backend) queueAttempt(ctx context.Context, req fencelock.Request, keys []string, args []any) (*fencelock.Grant, int64, error) {
+// queueAttempt runs the queue script once: a grant and when the attempt was sent, or nil with
+// what the attempt saw recorded in seen.
+func (b *Backend) queueAttempt(ctx context.Context, req fencelock.Request, keys []string, args []any, seen *attemptSeen) (*fencelock.Grant, time.Time, error) {
+	sent := time.Now()
 	reply, err := b.pipe.run(ctx, queueScript, keys, args...).Slice()
 	if err != nil {
-		return nil, 0, classify(err)
+		return nil, sent, classify(err)
 	}
 	res, ok := int64s(reply)
-	if !ok || len(reply) < 2 || (res[0] == 1 && len(reply) < 3) {
-		return nil, 0, fmt.Errorf("%w: unexpected queue reply %v", fencelock.ErrUnavailable, reply)
+	if !ok || len(reply) < 3 {
+		return nil, sent, fmt.Errorf("%w: unexpected queue reply %v", fencelock.ErrUnavailable, reply)
 	}
 	if res[0] == 0 {
-		return nil, res[1], nil
+		*seen = attemptSeen{sent: sent, pttl: res[1], last: res[2]}
+		return nil, sent, nil
 	}
-	return &fencelock.Grant{Token: res[1], Count: int(res[2])}, 0, nil
+	return &fencelock.Grant{Token: res[1], Count: int(res[2])}, sent, nil
 }
 
-// queued finishes a queued acquisition. sent is when the last attempt that found the caller
-// waiting was sent: a grant by a release came after it, so the lock's TTL runs from a later
-// time than that. With WithReplicas, the grant is confirmed by a renewal that replicas must
+// queued finishes a queued acquisition. sent is when the request was sent that the grant is
+// known to follow: the attempt that made it, or for a hand-over the latest attempt that found
+// the caller waiting. With WithReplicas, the grant is confirmed by a renewal that replicas must
 // acknowledge, which they can only do once they have the grant too.
 func (b *Backend) queued(ctx context.Context, req fencelock.Request, g *fencelock.Grant, start, sent time.Time, err error) (fencelock.Grant, error) {
 	if err != nil {
@@ -170,15 +199,15 @@ func (b *Backend) queued(ctx context.Context, req fencelock.Request, g *fenceloc
 	}
 	g.Elapsed = sent.Sub(start)
 	if b.replicas > 0 {
-		reply, acked, err := b.replicated(ctx, renewScript, renewSrc, []string{b.Key(req.Name)}, []any{req.Owner, b.ttlArg(req.TTL)})
+		reply, acked, err := b.replicated(ctx, renewScript, renewSrc, []string{b.Key(req.Name)}, []any{req.Owner, b.ttlArg(req.TTL), g.Token})
 		if err != nil {
-			return fencelock.Grant{}, classify(err)
+			return fencelock.Grant{}, b.failed(req, err)
 		}
 		if n, _ := reply.(int64); n != 1 {
 			return fencelock.Grant{}, fmt.Errorf("%w: %q was handed over but is no longer held", fencelock.ErrUnavailable, req.Name)
 		}
 		if acked < b.replicas {
-			b.undo(ctx, req)
+			// Not handed out; the Client releases it.
 			return fencelock.Grant{}, fmt.Errorf("%w: only %d of %d replicas acknowledged the lock within %v", fencelock.ErrUnavailable, acked, b.replicas, b.replicaTO)
 		}
 		// That renewal, sent after sent, gave a handed-over lock its whole TTL.
@@ -187,13 +216,14 @@ func (b *Backend) queued(ctx context.Context, req fencelock.Request, g *fenceloc
 	return *g, nil
 }
 
-// leave takes the caller out of line, on a fresh context: the caller's may be what ended the
-// wait. A grant that raced with the leaving is undone by the caller's clean-up (a release). A
-// leave that fails leaves a place that lapses within min(TTL, 5s), like a dead waiter's.
-func (b *Backend) leave(ctx context.Context, keys []string, req fencelock.Request) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	_ = leaveScript.Run(ctx, b.c, keys[2:], req.Owner, req.Hold).Err()
+// leave takes the caller out of line, in the background: the caller's context may be what
+// ended the wait, and the call returns by its deadline. A grant that raced with the leaving is
+// undone by the Client's clean-up (a release). A leave that fails leaves a place that lapses
+// within min(TTL, 5s), like a dead waiter's.
+func (b *Backend) leave(keys []string, req fencelock.Request) {
+	b.bg.later(func(ctx context.Context) {
+		_ = leaveScript.Run(ctx, b.c, keys[2:], req.Owner, req.Hold).Err()
+	})
 }
 
 // queueKeys returns the lock, its fence counter, the line and its entries: <prefix>{N},
@@ -205,9 +235,10 @@ func (b *Backend) queueKeys(name string) []string {
 	return []string{entries[:lock], all[lock+4:], entries[:lock+2], entries}
 }
 
-// undo releases a hold that must not be handed out, on a fresh context.
-func (b *Backend) undo(ctx context.Context, req fencelock.Request) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	_, _ = b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
+// undo releases, in the background, a hold the script may have taken but the Backend does not
+// hand out.
+func (b *Backend) undo(req fencelock.Request) {
+	b.bg.later(func(ctx context.Context) {
+		_, _ = b.release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
+	})
 }

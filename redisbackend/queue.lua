@@ -9,8 +9,10 @@
 -- of the waiter's client, which hears of its grant on KEYS[1] .. ':g:' .. ARGV[7], ARGV[8] the
 -- TTL in ms a release hands the lock to this waiter with (its holder's first renewal extends it)
 -- Returns {1, token, count} when the owner holds the lock after the call,
---         {0, pttl} when it waits: the holder's PTTL, or -1 when the lock is free but an
---         earlier waiter, still alive, is next.
+--         {0, pttl, last} when it waits: the holder's PTTL, or -1 when the lock is free but an
+--         earlier waiter, still alive, is next; and the last token issued for the lock. A
+--         hand-over to this waiter announced with a token up to last was made before this call
+--         and is gone by now (see AcquireQueued).
 local member = ARGV[2] .. '@' .. ARGV[1]
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl ~= -2 then
@@ -70,4 +72,4 @@ for i = 3, 4 do
     redis.call('PEXPIRE', KEYS[i], life)
   end
 end
-return {0, pttl}
+return {0, pttl, tonumber(redis.call('GET', KEYS[2]) or '0') or 0}

@@ -1,0 +1,308 @@
+package fencelock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// An acquisition, from the call to the Lock, top to bottom: check the call, pick the owner,
+// then one of three ways to get the lock — one attempt (TryObtain), waiting in the backend's
+// line (Obtain on a Queue), or attempts that wake on release (Obtain elsewhere, or WithRetry)
+// — and turn the grant into a hold.
+
+// unavailableBackoff spaces the attempts of a waiter while the backend cannot be reached.
+var unavailableBackoff = [...]time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond, time.Second}
+
+// request is one Obtain or TryObtain call.
+type request struct {
+	vctx  context.Context // the context given to Obtain: the values the lock's context carries
+	name  string
+	owner string
+	fresh bool // the owner was made for this call alone: its only hold needs no ID
+	s     settings
+}
+
+func (c *Client) obtain(ctx context.Context, name string, wait bool, opts []Option) (*Lock, error) {
+	if err := c.check(ctx, name); err != nil {
+		return nil, err
+	}
+	start := c.now()
+	r := request{vctx: ctx, name: name, s: c.settings(opts)}
+	if err := r.s.validate(); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if ctx.Err() != nil {
+		return c.obtained(&r, start, nil, notObtainedBy(nil, ctx))
+	}
+	r.owner = r.s.owner
+	if r.owner == "" {
+		if h := heldState(ctx, c, name); h != nil {
+			r.owner = h.owner
+		} else {
+			r.owner, r.fresh = newOwner(), true
+		}
+	}
+	if r.s.hasWait {
+		if r.s.waitTimeout == 0 {
+			wait = false
+		} else {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, r.s.waitTimeout)
+			defer cancel()
+		}
+	}
+	var lock *Lock
+	var err error
+	switch {
+	case !wait:
+		lock, err = c.attempt(ctx, &r, nil)
+	case c.queue != nil && r.s.retry == nil:
+		lock, err = c.waitInLine(ctx, &r)
+	default:
+		lock, err = c.waitForRelease(ctx, &r)
+	}
+	if err != nil && ctx.Err() != nil {
+		err = notObtainedBy(err, ctx)
+	}
+	return c.obtained(&r, start, lock, err)
+}
+
+// waitInLine waits in the backend's line; only failures to reach it are retried here.
+func (c *Client) waitInLine(ctx context.Context, r *request) (*Lock, error) {
+	for failures := 0; ; failures++ {
+		lock, err := c.attempt(ctx, r, c.queue)
+		if err == nil || !retryable(err) || !pause(ctx, backoff(failures)) {
+			return lock, err
+		}
+	}
+}
+
+// waitForRelease attempts again each time the lock may have become free: when the backend
+// announces a release, when the holder's TTL runs out, or at the intervals of WithRetry.
+func (c *Client) waitForRelease(ctx context.Context, r *request) (*Lock, error) {
+	lock, err := c.attempt(ctx, r, nil)
+	if err == nil || !retryable(err) {
+		return lock, err
+	}
+	// Subscribe, then attempt again at once: a release before the subscription is seen by
+	// that attempt, and any release after it by the subscription. No wake-up is missed.
+	var released <-chan struct{}
+	if c.watcher != nil && r.s.retry == nil {
+		ch, stop, werr := c.watcher.WatchRelease(ctx, r.name)
+		if werr == nil {
+			defer stop()
+			released = ch
+			if lock, err = c.attempt(ctx, r, nil); err == nil || !retryable(err) {
+				return lock, err
+			}
+		}
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	failures := 0
+	for {
+		var sleep time.Duration
+		var held *HeldError
+		switch {
+		case r.s.retry != nil:
+			if sleep = r.s.retry.NextBackoff(); sleep <= 0 {
+				return nil, err
+			}
+		case errors.As(err, &held):
+			failures = 0
+			sleep = pttlSleep(held.Remaining)
+		default:
+			sleep = backoff(failures)
+			failures++
+		}
+		timer.Reset(sleep)
+		slept := c.now()
+		select {
+		case <-released:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, err
+		}
+		c.emit(Event{Kind: EventWaited, Name: r.name, Duration: c.now().Sub(slept)})
+		if lock, err = c.attempt(ctx, r, nil); err == nil || !retryable(err) {
+			return lock, err
+		}
+	}
+}
+
+// attempt makes one acquisition, or waits in line for it when queue is set. A request that
+// may have reached the store and taken the lock, but was not handed out, is undone in the
+// background; the next attempt of a fresh owner then takes a new owner ID, so that the undo
+// cannot end a lock that attempt re-enters.
+func (c *Client) attempt(ctx context.Context, r *request, queue Queue) (*Lock, error) {
+	hold := ""
+	if !r.fresh {
+		var buf [32]byte
+		hold = string(strconv.AppendUint(append(buf[:0], c.holdPrefix...), c.holdSeq.Add(1), 36))
+	}
+	req := Request{Name: r.name, Owner: r.owner, Hold: hold, TTL: r.s.ttl, Meta: r.s.meta, Renewed: !r.s.noWatchdog}
+	start := c.now()
+	var g Grant
+	var err error
+	if queue != nil {
+		g, err = queue.AcquireQueued(ctx, req)
+	} else {
+		g, err = c.b.Acquire(ctx, req)
+	}
+	var lock *Lock
+	if err == nil {
+		lock, err = c.grant(r, hold, start, g)
+	}
+	if err != nil && mayHaveTaken(err) {
+		c.undo(Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token}, hold)
+		if r.fresh {
+			r.owner = newOwner()
+		}
+	}
+	return lock, err
+}
+
+// mayHaveTaken reports whether an acquisition that failed with err may still have taken the
+// lock in the store: not when the store answered (held, invalid), and not when the request
+// never left (a refused connection, a closed Client).
+func mayHaveTaken(err error) bool {
+	var held *HeldError
+	var op *net.OpError
+	switch {
+	case errors.As(err, &held), errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
+		return false
+	case errors.As(err, &op) && op.Op == "dial":
+		return false
+	}
+	return true
+}
+
+// errStale is a grant of a lock this owner holds with a later token: a reply that was
+// overtaken by the owner's next lock. It was undone.
+var errStale = errors.New("the store's grant was overtaken by a later lock of the same owner")
+
+// grant turns a backend's grant, asked for at start, into a Lock: a handle of the owner's
+// hold of that lock (same token), or of a new hold.
+func (c *Client) grant(r *request, holdID string, start time.Time, g Grant) (*Lock, error) {
+	v := r.s.ttl
+	if g.Validity > 0 && g.Validity < v {
+		v = g.Validity
+	}
+	sent := start.Add(max(g.Elapsed, 0))
+	deadline := sent.Add(v - drift(v))
+	if late := c.now().Sub(deadline); late >= 0 {
+		// Whatever the store granted may be another holder's by now.
+		return nil, fmt.Errorf("%w: the grant of %q arrived %v after its validity had passed", ErrUnavailable, r.name, late)
+	}
+	key := holdKey{r.name, r.owner}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	h := c.held[key]
+	if h != nil && h.token != g.Token {
+		c.mu.Unlock()
+		if g.Token < h.token {
+			return nil, fmt.Errorf("%w: %q: token %d, below the owner's %d: %w", ErrNotObtained, r.name, g.Token, h.token, errStale)
+		}
+		// The store made the owner a new lock: the one the Client knew of is gone.
+		h.lose(fmt.Errorf("the store granted %q to this owner anew, with token %d", r.name, g.Token))
+		c.mu.Lock()
+		if h = c.held[key]; h != nil && h.token != g.Token {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("%w: %q: token %d is not the owner's %d", ErrNotObtained, r.name, g.Token, h.token)
+		}
+	}
+	var l *Lock
+	switch {
+	case h != nil && h.join(r.s.ttl):
+		c.mu.Unlock()
+		l = new(Lock)
+	case h != nil:
+		// Ended since it was looked up: this grant's hold went with it.
+		c.mu.Unlock()
+		return nil, h.err()
+	default:
+		// A first hold: the Lock and its hold in one allocation.
+		first := &struct {
+			l Lock
+			h hold
+		}{}
+		l, h = &first.l, &first.h
+		c.newHold(h, r.name, r.owner, &r.s, g.Token, sent, deadline, v)
+		c.held[key] = h
+		c.mu.Unlock()
+		if h.watchdog {
+			c.dog.add(h)
+		}
+	}
+	*l = Lock{c: c, h: h, hold: holdID, count: g.Count}
+	l.lctx.init(r.vctx, h)
+	if !h.attach(&l.lctx) {
+		// Lost between join and attach: the hold in the store is useless now.
+		l.released.Store(true)
+		return nil, h.err()
+	}
+	return l, nil
+}
+
+func (c *Client) obtained(r *request, start time.Time, lock *Lock, err error) (*Lock, error) {
+	if err != nil {
+		c.emit(Event{Kind: EventNotObtained, Name: r.name, Duration: c.now().Sub(start), Err: err})
+		return nil, err
+	}
+	c.emit(Event{Kind: EventObtained, Name: r.name, Token: lock.h.token, Duration: c.now().Sub(start)})
+	return lock, nil
+}
+
+// settingsPool recycles the settings that options are applied to: an option is a function
+// that takes a pointer, so the settings it fills would otherwise escape to the heap on every
+// acquisition.
+var settingsPool = sync.Pool{New: func() any { return new(settings) }}
+
+func (c *Client) settings(opts []Option) settings {
+	p := settingsPool.Get().(*settings)
+	*p = settings{ttl: DefaultTTL}
+	for _, o := range c.defaults {
+		o(p)
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	s := *p
+	*p = settings{} // keep no caller's values alive in the pool
+	settingsPool.Put(p)
+	return s
+}
+
+// retryable reports whether a waiter should try again after err.
+func retryable(err error) bool {
+	return !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrLost)
+}
+
+// backoff is how long a waiter waits after failures attempts that could not reach the store.
+func backoff(failures int) time.Duration {
+	return unavailableBackoff[min(failures, len(unavailableBackoff)-1)]
+}
+
+// pttlSleep is how long a waiter sleeps when no release notification comes: until the
+// holder's TTL runs out, plus a little jitter so that waiters do not all retry together.
+func pttlSleep(remaining time.Duration) time.Duration {
+	if remaining <= 0 {
+		return 50 * time.Millisecond
+	}
+	return remaining + rand.N(min(remaining/10, 20*time.Millisecond)+time.Millisecond)
+}

@@ -1,0 +1,150 @@
+package fencelock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+// Refresh to a shorter TTL moves the validity deadline back to the refresh's send time plus
+// the new TTL: the lock must not report itself valid after Redis let it go.
+func TestRefreshShorterMovesDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []fencelock.Option
+	}{
+		// The default interval follows the TTL; an explicit one short enough for both stays.
+		{"default interval", []fencelock.Option{fencelock.WithWatchdog(false)}},
+		{"explicit interval", []fencelock.Option{fencelock.WithRenewInterval(150 * time.Millisecond)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 10*time.Second)
+			rdb := singleClient(t)
+			c, other := newLocker(t, rdb), newLocker(t, rdb)
+			name := lockName(t)
+			lock, err := c.Obtain(ctx, name, append(tc.opts, fencelock.WithTTL(10*time.Second))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lock.Release(ctx)
+			sent := time.Now()
+			if err := lock.Refresh(ctx, 500*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			if until := lock.ValidUntil(); until.After(sent.Add(500 * time.Millisecond)) {
+				t.Fatalf("after Refresh(500ms) the lock is valid until %v after the refresh was sent", until.Sub(sent))
+			}
+			if tc.name == "explicit interval" {
+				return // the watchdog keeps renewing it at the new TTL
+			}
+			var taken *fencelock.Lock
+			waitFor(t, 3*time.Second, "the refreshed lock never expired in Redis", func() bool {
+				taken, err = other.TryObtain(ctx, name)
+				return err == nil
+			})
+			defer taken.Release(ctx)
+			if err := lock.Valid(); err == nil {
+				t.Fatalf("the refreshed lock reports itself valid for %v more while another client holds it", time.Until(lock.ValidUntil()))
+			}
+		})
+	}
+}
+
+// A watchdog renewal that was on its way when Refresh was called must not undo the refresh:
+// neither the deadline nor the TTL in Redis may go back to the old TTL.
+func TestRefreshNotUndoneByRenewalInFlight(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := singleClient(t)
+	slow := &heldRenewals{Backend: redisbackend.New(rdb), entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	c := fencelock.New(slow)
+	defer c.Close()
+	name := lockName(t)
+	const ttl = 3 * time.Second
+	lock, err := c.Obtain(ctx, name, fencelock.WithTTL(ttl), fencelock.WithRenewInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	select {
+	case <-slow.entered: // the watchdog's renewal is on its way, held back before it is sent
+	case <-time.After(5 * time.Second):
+		t.Fatal("no renewal")
+	}
+	refreshed := make(chan error, 1)
+	sent := time.Now()
+	go func() { refreshed <- lock.Refresh(ctx, 400*time.Millisecond) }()
+	time.Sleep(50 * time.Millisecond)
+	close(slow.gate) // the old renewal goes out now, and the refresh may go with or after it
+	if err := <-refreshed; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the held-back renewal's reply is in
+	if until := lock.ValidUntil(); until.After(time.Now().Add(400 * time.Millisecond)) {
+		t.Fatalf("after Refresh(400ms) sent %v ago, the lock is valid for %v more", time.Since(sent), time.Until(until))
+	}
+	if pttl := rdb.PTTL(ctx, slow.Key(name)).Val(); pttl > 400*time.Millisecond {
+		t.Fatalf("after Refresh(400ms), Redis keeps the lock for %v", pttl)
+	}
+}
+
+// heldRenewals holds back the first watchdog renewal until gate is closed.
+type heldRenewals struct {
+	*redisbackend.Backend
+	once    sync.Once
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (b *heldRenewals) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
+	first := false
+	b.once.Do(func() { first = true })
+	if first {
+		b.entered <- struct{}{}
+		<-b.gate
+	}
+	return b.Backend.Renew(ctx, leases)
+}
+
+// Release's calls are sized by the lock's TTL as Refresh last set it, not as Obtain did.
+func TestReleaseUsesRefreshedTTL(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rec := &releaseTTLs{Backend: redisbackend.New(singleClient(t))}
+	c := fencelock.New(rec)
+	defer c.Close()
+	lock, err := c.Obtain(ctx, lockName(t), fencelock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Refresh(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.ttls) != 1 || rec.ttls[0] != 5*time.Second {
+		t.Fatalf("Release sent leases with TTLs %v, want [5s]", rec.ttls)
+	}
+}
+
+// releaseTTLs records the TTL of every lease released through it.
+type releaseTTLs struct {
+	*redisbackend.Backend
+	mu   sync.Mutex
+	ttls []time.Duration
+}
+
+func (b *releaseTTLs) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+	b.mu.Lock()
+	b.ttls = append(b.ttls, lease.TTL)
+	b.mu.Unlock()
+	return b.Backend.Release(ctx, lease, hold)
+}
+
+var _ = errors.Is
