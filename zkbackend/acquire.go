@@ -3,6 +3,8 @@ package zkbackend
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -32,90 +34,124 @@ func (b *Backend) acquire(ctx context.Context, req fencelock.Request, guid strin
 	if err := b.usable(ctx, req.Name); err != nil {
 		return fencelock.Grant{}, err
 	}
-	b.sweep()
+	start := time.Now()
+	k := holder{req.Name, req.Owner}
+	// The retry of an acquisition whose outcome was lost may find that attempt's node and
+	// take it back: no removal owed of its hold may run meanwhile, or after.
+	taken, err := b.claim(ctx, k, req.Hold)
+	if err != nil {
+		return fencelock.Grant{}, err
+	}
+	left := taken
+	if unsure {
+		left = slices.Concat(taken, []owed{{name: req.Name, owner: req.Owner, hold: req.Hold, guid: guid}})
+	}
+	g, h, err := b.attempt(ctx, start, req, guid, queued, left)
+	granted := ""
+	if err == nil {
+		granted = h.guid()
+	}
+	b.unclaim(taken, granted)
+	return g, err
+}
+
+// attempt is acquire once the hold is claimed. left lists the nodes earlier attempts of the same
+// hold may have left in line.
+func (b *Backend) attempt(ctx context.Context, start time.Time, req fencelock.Request, guid string, queued bool, left []owed) (fencelock.Grant, holding, error) {
 	k := holder{req.Name, req.Owner}
 	dir := b.Path(req.Name)
 	for range lookTries {
 		if h, ok := b.holding(k); ok {
-			if b.lost(h) {
+			if b.lost(h) || !b.vouchable(h.session) {
 				b.forget(k, h.path)
-			} else if g, err := b.enter(ctx, k, h, req.Hold, false); err != errVanished {
-				return g, err
+			} else if g, h, err := b.enter(ctx, start, k, h, req.Hold, false); err != errVanished {
+				return g, h, err
 			}
 		}
 		if !queued {
 			// Look before joining: a held lock then costs a read, not a node made and deleted.
-			q, err := b.queue(dir)
+			q, err := b.queue(ctx, dir)
 			if err != nil {
-				return fencelock.Grant{}, err
+				return fencelock.Grant{}, holding{}, err
 			}
 			if len(q) > 0 {
-				g, err := b.enterFirst(ctx, k, dir+"/"+q[0].name, req)
+				g, h, err := b.enterFirst(ctx, start, k, dir+"/"+q[0].name, req)
 				if err == errVanished {
 					continue
 				}
-				return g, err
+				return g, h, err
 			}
 		}
-		n, err := b.join(ctx, req, guid, unsure)
+		n, err := b.join(ctx, req, guid, left)
 		if err != nil {
-			return fencelock.Grant{}, err
+			return fencelock.Grant{}, holding{}, err
 		}
-		return b.await(ctx, req, n, queued)
+		return b.await(ctx, start, req, n, queued)
 	}
-	return fencelock.Grant{}, fmt.Errorf("%w: %q changed hands %d times while being acquired", fencelock.ErrUnavailable, req.Name, lookTries)
+	return fencelock.Grant{}, holding{}, fmt.Errorf("%w: %q changed hands %d times while being acquired", fencelock.ErrUnavailable, req.Name, lookTries)
 }
 
-// enterFirst re-enters the lock node at path, first in line, when req's owner holds it.
-func (b *Backend) enterFirst(ctx context.Context, k holder, path string, req fencelock.Request) (fencelock.Grant, error) {
-	data, stat, err := b.read(path)
+// enterFirst re-enters the lock node at path, first in line, when req's owner holds it
+// through a session this Backend can vouch for.
+func (b *Backend) enterFirst(ctx context.Context, start time.Time, k holder, path string, req fencelock.Request) (fencelock.Grant, holding, error) {
+	sent := time.Now()
+	data, stat, err := b.read(ctx, path)
 	if err != nil {
-		return fencelock.Grant{}, err
+		return fencelock.Grant{}, holding{}, err
 	}
-	if data.owner != req.Owner {
-		return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name}
+	if data.owner != req.Owner || !b.vouchable(stat.EphemeralOwner) {
+		return fencelock.Grant{}, holding{}, &fencelock.HeldError{Name: req.Name}
 	}
-	return b.enter(ctx, k, b.holdingOf(path, data, stat), req.Hold, true)
+	return b.enter(ctx, start, k, holdingOf(path, data, stat, sent), req.Hold, true)
 }
 
 // enter adds hold to the owner's lock node h. fresh says h was just read from the server; a
 // cached copy that already has hold is read again before it is believed. It returns
 // errVanished when the node is gone.
-func (b *Backend) enter(ctx context.Context, k holder, h holding, hold string, fresh bool) (fencelock.Grant, error) {
+func (b *Backend) enter(ctx context.Context, start time.Time, k holder, h holding, hold string, fresh bool) (fencelock.Grant, holding, error) {
 	for {
 		if err := ctx.Err(); err != nil {
-			return fencelock.Grant{}, err
+			return fencelock.Grant{}, holding{}, err
 		}
 		if h.data.has(hold) && fresh {
 			// A retried acquire whose first attempt got through: it does not count twice.
 			b.remember(k, h)
-			return b.grant(h), nil
+			g, err := b.granted(ctx, start, h, h.read, false)
+			return g, h, err
 		}
 		var err error
 		if !h.data.has(hold) {
 			next := h.data.with(hold)
+			sent := time.Now()
 			var stat *zk.Stat
-			if stat, err = b.conn.Set(h.path, next.encode(), h.version); err == nil {
+			if stat, err = b.set(ctx, h.path, next.encode(), h.version); err == nil {
 				h.data, h.version = next, stat.Version
 				b.remember(k, h)
-				return b.grant(h), nil
+				g, err := b.granted(ctx, start, h, sent, true)
+				return g, h, err
+			}
+			if p := inFlight(err); p != nil {
+				// The hold may be added yet: its removal is owed once the write is answered.
+				b.owe(owed{name: k.name, owner: k.owner, hold: hold, guid: h.guid(), session: h.session, pending: p})
+				return fencelock.Grant{}, holding{}, err
 			}
 		}
 		switch err {
 		case nil, zk.ErrBadVersion:
-			data, stat, rerr := b.read(h.path)
+			sent := time.Now()
+			data, stat, rerr := b.read(ctx, h.path)
 			if rerr != nil {
 				if rerr == errVanished {
 					b.forget(k, h.path)
 				}
-				return fencelock.Grant{}, rerr
+				return fencelock.Grant{}, holding{}, rerr
 			}
-			h.data, h.version, fresh = data, stat.Version, true
+			h.data, h.version, h.read, fresh = data, stat.Version, sent, true
 		case zk.ErrNoNode:
 			b.forget(k, h.path)
-			return fencelock.Grant{}, errVanished
+			return fencelock.Grant{}, holding{}, errVanished
 		default:
-			return fencelock.Grant{}, classify(err)
+			return fencelock.Grant{}, holding{}, classify(err)
 		}
 	}
 }

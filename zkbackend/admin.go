@@ -18,13 +18,13 @@ var (
 // List implements fencelock.Lister: the locks under the root whose names start with prefix and
 // that someone holds.
 func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, error) {
-	if b.err != nil {
-		return nil, b.err
+	if err := b.ready(ctx); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	names, _, err := b.conn.Children(b.root)
+	names, err := b.children(ctx, b.root)
 	switch {
 	case err == zk.ErrNoNode:
 		return nil, nil
@@ -55,12 +55,12 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info
 	if err != nil || !info.Held {
 		return info, err
 	}
-	q, err := b.queue(b.Path(name))
+	q, err := b.queue(ctx, b.Path(name))
 	if err != nil || len(q) == 0 {
 		return fencelock.Info{Name: name}, err
 	}
 	path := b.Path(name) + "/" + q[0].name
-	data, stat, err := b.read(path)
+	data, stat, err := b.read(ctx, path)
 	switch {
 	case err == errVanished:
 		return fencelock.Info{Name: name}, nil
@@ -69,7 +69,7 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info
 	case data.owner != info.Owner || stat.Czxid != info.Token:
 		return fencelock.Info{Name: name}, nil // changed hands meanwhile
 	}
-	switch err := b.conn.Delete(path, stat.Version); {
+	switch err := b.delete(ctx, path, stat.Version); {
 	case err == zk.ErrNoNode || err == zk.ErrBadVersion:
 		return fencelock.Info{Name: name}, nil
 	case err != nil:

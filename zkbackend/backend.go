@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -13,8 +14,9 @@ import (
 	"github.com/fencelock/fencelock"
 )
 
-// Backend is a fencelock.Backend and fencelock.Queue over one ZooKeeper session. It is safe for
-// concurrent use and starts no goroutines of its own.
+// Backend is a fencelock.Backend and fencelock.Queue over one ZooKeeper connection. It is safe
+// for concurrent use. Its goroutines — the settler of what it owes, and requests whose callers
+// stopped waiting — run only while there is such work; Close waits for them.
 type Backend struct {
 	conn     *zk.Conn
 	root     string
@@ -22,9 +24,19 @@ type Backend struct {
 	validity time.Duration // the session timeout
 	err      error         // set when the configuration is unusable; every call returns it
 
-	mu      sync.Mutex          // guards held and orphans
-	held    map[holder]*holding // lock nodes that hold a lock for an owner, as last seen
-	orphans []orphan            // nodes whose removal is still owed; see orphan.go
+	ctx    context.Context // ends on Close; the settler's requests run under it
+	cancel context.CancelFunc
+
+	registered atomic.Int64 // the session this Backend last registered (sessions.go)
+	flights    flights      // the Backend's goroutines
+	closed     atomic.Bool
+
+	mu          sync.Mutex          // guards held, owed, settling, settlingNow and settled
+	held        map[holder]*holding // lock nodes that hold a lock for an owner, as last seen
+	owed        []owed              // removals still owed; see owed.go
+	settling    bool                // the settler runs
+	settlingNow *owed               // the removal it is making
+	settled     chan struct{}       // closed when it has made that one
 }
 
 var (
@@ -62,6 +74,7 @@ func New(conn *zk.Conn, opts ...Option) *Backend {
 	for _, o := range opts {
 		o(b)
 	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
 	switch {
 	case conn == nil:
 		b.err = fmt.Errorf("%w: nil *zk.Conn", fencelock.ErrInvalid)
@@ -77,12 +90,65 @@ func New(conn *zk.Conn, opts ...Option) *Backend {
 	return b
 }
 
+// Close waits until the work the Backend owes is done (see owed.go), and stops it, and waits
+// for the requests of calls that returned before their answer came; all of it for at most
+// CloseTimeout. It returns an error matching fencelock.ErrUnavailable when work was left
+// undone: those lock nodes end with the session, when the caller closes the connection (the
+// Backend does not: the connection is the caller's). Calls after Close fail with
+// ErrUnavailable. Close is idempotent.
+func (b *Backend) Close() error {
+	if b == nil || b.ctx == nil {
+		return nil
+	}
+	if !b.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	deadline := time.Now().Add(CloseTimeout)
+	for b.owing() && time.Now().Before(deadline) {
+		time.Sleep(settlePoll)
+	}
+	b.cancel()
+	idle := b.flights.wait(deadline)
+	b.mu.Lock()
+	left := len(b.owed)
+	if b.settlingNow != nil {
+		left++
+	}
+	b.mu.Unlock()
+	switch {
+	case left > 0:
+		return fmt.Errorf("%w: closed with the removal of %d lock node(s) not made: they end with the session", fencelock.ErrUnavailable, left)
+	case !idle:
+		return fmt.Errorf("%w: closed with requests to ZooKeeper unanswered after %v", fencelock.ErrUnavailable, CloseTimeout)
+	}
+	return nil
+}
+
+// owing reports whether work is owed or in progress.
+func (b *Backend) owing() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.owed) > 0 || b.settlingNow != nil
+}
+
 // Path returns the node of the lock name: its directory, whose children are the queue of
 // contenders, the first of which holds the lock.
 func (b *Backend) Path(name string) string { return b.root + "/" + name }
 
 // usable reports why name cannot be locked with b.
 func (b *Backend) usable(ctx context.Context, name string) error {
+	if err := b.ready(ctx); err != nil {
+		return err
+	}
+	if err := checkName(name); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// ready reports why b cannot be used now, but for ctx having ended; it records b's session for
+// vouching (sessions.go).
+func (b *Backend) ready(ctx context.Context) error {
 	if b == nil {
 		return fmt.Errorf("%w: nil Backend", fencelock.ErrInvalid)
 	}
@@ -92,10 +158,11 @@ func (b *Backend) usable(ctx context.Context, name string) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", fencelock.ErrInvalid)
 	}
-	if err := checkName(name); err != nil {
-		return err
+	if b.closed.Load() {
+		return fmt.Errorf("%w: backend closed", fencelock.ErrUnavailable)
 	}
-	return ctx.Err()
+	b.register()
+	return nil
 }
 
 // checkName accepts a lock name that is exactly one path element. A '/' would nest one lock's
@@ -144,11 +211,11 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 	}
 	info := fencelock.Info{Name: name}
 	for range lookTries {
-		q, err := b.queue(b.Path(name))
+		q, err := b.queue(ctx, b.Path(name))
 		if err != nil || len(q) == 0 {
 			return info, err
 		}
-		data, stat, err := b.read(b.Path(name) + "/" + q[0].name)
+		data, stat, err := b.read(ctx, b.Path(name)+"/"+q[0].name)
 		if err == errVanished {
 			continue // released meanwhile: look again
 		}
@@ -162,8 +229,8 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 }
 
 // queue lists the lock nodes in dir, first in line first; a missing dir is an empty queue.
-func (b *Backend) queue(dir string) ([]entry, error) {
-	children, _, err := b.conn.Children(dir)
+func (b *Backend) queue(ctx context.Context, dir string) ([]entry, error) {
+	children, err := b.children(ctx, dir)
 	switch {
 	case err == zk.ErrNoNode:
 		return nil, nil
@@ -174,8 +241,8 @@ func (b *Backend) queue(dir string) ([]entry, error) {
 }
 
 // read returns a lock node's data, or errVanished when it is gone.
-func (b *Backend) read(path string) (lockData, *zk.Stat, error) {
-	raw, stat, err := b.conn.Get(path)
+func (b *Backend) read(ctx context.Context, path string) (lockData, *zk.Stat, error) {
+	raw, stat, err := b.get(ctx, path)
 	switch {
 	case err == zk.ErrNoNode:
 		return lockData{}, nil, errVanished

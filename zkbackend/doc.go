@@ -3,26 +3,26 @@
 //
 //	conn, _, err := zk.Connect(servers, 10*time.Second)
 //	...
-//	locker := fencelock.New(
-//		zkbackend.New(conn, zkbackend.WithSessionTimeout(10*time.Second)),
-//		fencelock.WithDefaults(fencelock.WithTTL(10*time.Second)),
-//	)
+//	backend := zkbackend.New(conn, zkbackend.WithSessionTimeout(10*time.Second))
+//	defer backend.Close()
+//	locker := fencelock.New(backend, fencelock.WithDefaults(fencelock.WithTTL(10*time.Second)))
 //
 // # Data model
 //
 // The lock N is the directory <root>/N (root "/fencelock" by default); its children
 // _c_<guid>-lock-<sequence> are the contenders, in the order of their sequence numbers. A
-// node's data is the owner ID and the IDs of the owner's holds: a format byte (1), then the
-// owner and each hold ID as a uvarint length followed by the bytes. The hold count is the
-// number of hold IDs, so a retried acquire or release cannot count twice, and every change is
-// a compare-and-set on the node's version. A reentrant acquisition adds a hold to the owner's node; releasing the last
-// hold deletes the node, and the directory with it when no one else is in line, so a name leaves
-// nothing behind once no one holds or wants it. (A node that vanished with an expired session
-// leaves its empty directory until the name is next used.) Lock names must be one path element:
-// a name with '/' is refused.
+// node's data is the owner ID, the metadata the holder published and the IDs of the owner's
+// holds: a format byte (2), then each as a uvarint length followed by the bytes. The hold
+// count is the number of hold IDs, so a retried acquire or release cannot count twice, and
+// every change is a compare-and-set on the node's version. A reentrant acquisition adds a hold
+// to the owner's node; releasing the last hold deletes the node, and the directory with it
+// when no one else is in line, so a name leaves nothing behind once no one holds or wants it.
+// (A node that vanished with an expired session leaves its empty directory until the name is
+// next used.) Lock names must be one path element: a name with '/' is refused.
 //
-// An uncontended acquisition is one round trip (the directory and the node are created in one
-// multi-operation), and so is an uncontended release.
+// An uncontended Obtain is one round trip (the directory and the node are created in one
+// multi-operation), and so is an uncontended release. TryObtain looks at the line first, so
+// that a held lock costs a read, not a node made and deleted: two round trips when it is free.
 //
 // Obtain waits in line (fencelock.Queue): each waiter watches only the node just ahead of it,
 // so a release wakes one waiter, and the lock passes first come, first served. A waiter whose
@@ -41,15 +41,18 @@
 //
 // # Time to live, disconnects and expiry
 //
-// A lock lasts as long as the ZooKeeper session of the connection that holds it, and the TTL
-// of fencelock's options is not sent to the server: the session timeout is the real TTL. The
+// A lock lasts as long as the ZooKeeper session that owns its node, and the TTL of
+// fencelock's options is not sent to the server: the session timeout is the real TTL. The
 // server grants a session timeout between its minSessionTimeout and maxSessionTimeout, 2 and
 // 20 times its tickTime unless configured; go-zookeeper does not report the value granted, so
 // WithSessionTimeout must name it.
 //
-// The Client's watchdog calls Renew, which confirms that the session is connected and the
-// node still there, and vouches for one session timeout from then: after last hearing from a
-// client the server keeps its session at least that long. Use the session timeout as the TTL
+// A grant vouches for one session timeout from the request that made it or found the node
+// first in line — after a wait, the read made on waking — and says when that request was sent
+// (fencelock.Grant.Elapsed), so a wait longer than the TTL costs the waiter nothing. The
+// Client's watchdog calls Renew, which confirms that the node is still there, through the
+// session that owns it, and vouches for one session timeout from then: after last hearing from
+// a client the server keeps its session at least that long. Use the session timeout as the TTL
 // (fencelock.WithTTL): the watchdog confirms every TTL/3 and trusts each confirmation for one
 // session timeout, so with a TTL of about three session timeouts or more the lock would count
 // as lost between two confirmations.
@@ -70,6 +73,55 @@
 // client's process is not paused between checking and acting. That gap is what the fencing
 // token closes: with the token checked at the store, this is a correctness lock.
 //
+// # Ensembles
+//
+// On an ensemble the session timeout is the leader's promise. A follower tells the leader
+// which of its clients' sessions it heard from when the leader pings it, every half tick. Cut
+// off from the leader, a follower goes on answering reads from its own copy until it gives the
+// leader up (syncLimit ticks), while the leader, hearing nothing of those sessions, expires
+// them and deletes their nodes. So no grant or renewal rests on a read alone: each rests on a
+// write, which the leader itself answers, or on a sync of the session's own connection (sent
+// with the read after a wait, one round trip), which a follower cut off from the leader cannot
+// pass on, and which fails once the leader has expired the session.
+//
+// What remains, reasoned out but not tested (zktest runs one server): a follower cut off right
+// after a confirmation loses what it heard from the session since the last ping, so the leader
+// may count the timeout from the session's packet before — at most go-zookeeper's ping
+// interval (a third of the session timeout) or the watchdog's interval (TTL/3), whichever is
+// shorter, plus half a tick, earlier than the confirmation. On an ensemble, pass
+// WithSessionTimeout, and use as the TTL, at most ¾ × (granted timeout − tickTime/2): 6.75s
+// for a granted 10s with tickTime 2s.
+//
+// # WithOwner across Backends and processes
+//
+// A lock node is an ephemeral of the session that made it. With the same owner (WithOwner), a
+// second Backend of the same process adds its holds to the first one's node, and vouches for
+// them through the first one's connection: each grant and renewal asks that session, so the
+// hold ends as soon as that session can no longer be confirmed, and never later than the server
+// may expire it. Another process cannot do that: ZooKeeper tells a client nothing of another
+// client's session but that its nodes exist at the moment it asks. So a node owned by another
+// process's session is another holder's to this one, whatever its owner: TryObtain fails with
+// fencelock.ErrNotObtained, and Obtain waits in line behind that node and holds the lock
+// through a node of its own once it is gone. Two processes that share an owner hold the lock one
+// after the other, not together.
+//
+// # Contexts, owed work and Close
+//
+// go-zookeeper's requests take no context. Every call returns once its context ends (a waiter
+// that gives up still waits 100ms for its node's deletion); a request cut short goes on in a
+// goroutine of the Backend's until go-zookeeper answers it, or gives up on the connection.
+//
+// A release whose outcome is unknown, a waiter's node whose deletion failed or was cut short,
+// a create whose reply was lost and whose node could not be looked for: each may leave a node
+// that holds the lock, or a place in line, for no one as long as its session lasts — as long
+// as the process lives, when go-zookeeper keeps reconnecting within the session. The Backend
+// owes the removal of each and makes it in the background once the session is back, and after
+// the write that was cut short has its answer. A later acquisition of the same hold (the
+// Client's retry of one whose outcome was lost) takes back a node an earlier attempt left in
+// line instead of queueing behind it, and what was owed of the node it is granted is void:
+// owed work never touches a node a later grant adopted. Close waits up to CloseTimeout for
+// that work; close the Backend before its connection.
+//
 // # Compared with go-zookeeper's zk.Lock
 //
 // zk.Lock takes no context, so a waiter cannot give up; it leaves a persistent node per lock
@@ -77,7 +129,4 @@
 // takes the nodes of a lock /a/1 for waiters. This backend honours the context while waiting,
 // removes the directory with the last node, ignores children it did not name, and refuses
 // names that would nest.
-//
-// go-zookeeper's calls take no context: the backend checks the context before each call and
-// while it waits, but a call in flight runs to go-zookeeper's own timeouts.
 package zkbackend

@@ -25,6 +25,7 @@ func Example() {
 
 	// The session timeout is the lock's real TTL: tell the backend, and renew within it.
 	backend := zkbackend.New(conn, zkbackend.WithSessionTimeout(sessionTimeout))
+	defer backend.Close() // before the connection: it makes the releases it still owes
 	locker := fencelock.New(backend, fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
 	defer locker.Close()
 

@@ -28,9 +28,13 @@ func EncodeData(owner string, holds ...string) []byte {
 	return lockData{owner: owner, holds: holds}.encode()
 }
 
-// Orphans returns the number of nodes whose removal the Backend still owes.
-func (b *Backend) Orphans() int {
+// Owed returns the number of removals the Backend still owes, the one in progress included.
+func (b *Backend) Owed() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.orphans)
+	n := len(b.owed)
+	if b.settlingNow != nil {
+		n++
+	}
+	return n
 }

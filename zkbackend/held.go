@@ -1,6 +1,10 @@
 package zkbackend
 
 import (
+	"context"
+	"fmt"
+	"time"
+
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock"
@@ -17,31 +21,63 @@ type holding struct {
 	path    string
 	token   int64 // the node's czxid
 	session int64 // the session that owns the ephemeral node
-	ours    bool  // session is, or was, this Backend's session
 	version int32
 	data    lockData
+	read    time.Time // the send of the read this copy came from
 }
 
-func (b *Backend) holdingOf(path string, data lockData, stat *zk.Stat) holding {
+func holdingOf(path string, data lockData, stat *zk.Stat, read time.Time) holding {
 	return holding{
 		path:    path,
 		token:   stat.Czxid,
 		session: stat.EphemeralOwner,
-		ours:    stat.EphemeralOwner == b.conn.SessionID(),
 		version: stat.Version,
 		data:    data,
+		read:    read,
 	}
 }
 
-func (b *Backend) grant(h holding) fencelock.Grant {
-	return fencelock.Grant{Token: h.token, Count: h.data.count(), Validity: b.validity}
+// guid is the GUID in the node's name.
+func (h holding) guid() string { return parseGUID(h.path[len(parent(h.path))+1:]) }
+
+// granted is the grant of h, first in line and holding the acquisition's hold. sent is the send
+// of the request that made the grant or found it in place, start when the call began;
+// confirmed says that request was a write, which the leader itself answered, or that a sync of
+// the connection sent with it has been answered.
+//
+// What it vouches for is the session that owns the node: the server keeps it, and the node,
+// at least one session timeout after hearing from it. A node of this Backend's session is kept
+// that long after sent — after a read, only once a sync has shown that the server answering
+// still follows the leader, and that the session lived there (see witness). A node of another
+// session is vouched for through that session's connection, from the send of a confirmation
+// made now.
+func (b *Backend) granted(ctx context.Context, start time.Time, h holding, sent time.Time, confirmed bool) (fencelock.Grant, error) {
+	keep := b.validity
+	switch {
+	case h.session != b.conn.SessionID():
+		var err error
+		if sent, keep, err = b.witness(ctx, h, nil); err != nil {
+			return fencelock.Grant{}, err
+		}
+	case !confirmed:
+		if err := b.sync(ctx, b.conn, h.path); err != nil {
+			return fencelock.Grant{}, classify(err)
+		}
+	}
+	if h.session != b.conn.SessionID() && !b.vouchable(h.session) {
+		return fencelock.Grant{}, fmt.Errorf("%w: the session that owns %s ended as its lock was granted", fencelock.ErrUnavailable, h.path)
+	}
+	return fencelock.Grant{Token: h.token, Count: h.data.count(), Validity: keep, Elapsed: max(0, sent.Sub(start))}, nil
 }
 
-// lost reports whether h's node died with this Backend's session. go-zookeeper replaces the
-// session ID when the server reports the old session expired, and the server deletes an
-// expired session's ephemeral nodes, so a changed ID means every lock node made under the old
-// one is gone, whoever holds the lock now.
-func (b *Backend) lost(h holding) bool { return h.ours && h.session != b.conn.SessionID() }
+// lost reports whether h's node ended with its session. go-zookeeper replaces the session ID
+// when the server reports the old session expired, and the server deletes an expired
+// session's ephemeral nodes, so a connection whose session changed means every lock node made
+// under the old one is gone, whoever holds the lock now.
+func (b *Backend) lost(h holding) bool {
+	_, _, live := b.sessionOf(h.session)
+	return live == endedSession
+}
 
 // holding returns a copy of what the Backend knows of k's lock node.
 func (b *Backend) holding(k holder) (holding, bool) {

@@ -3,6 +3,7 @@ package zkbackend
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,8 +20,9 @@ type node struct {
 	hold    string // the hold it was made for
 	data    lockData
 	version int32
-	stat    *zk.Stat // known when the create returned it, else nil
-	first   bool     // made together with the lock's directory, so first in line
+	stat    *zk.Stat  // known when the create returned it, else nil
+	first   bool      // made together with the lock's directory, so first in line
+	sent    time.Time // the send of the create that made it
 }
 
 // createBackoff spaces the attempts of join after a connection loss. go-zookeeper fails the
@@ -28,44 +30,49 @@ type node struct {
 // again; the attempts must outlast that.
 var createBackoff = [...]time.Duration{0, 50 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second}
 
-// join puts a lock node for req in line. When a create fails with the connection, its node may
-// exist all the same: join then looks for it by guid before creating again (Curator's
-// protection mode), and when it cannot tell, leaves it to the sweep rather than in the queue.
-// unsure says such a create happened before the call.
-func (b *Backend) join(ctx context.Context, req fencelock.Request, guid string, unsure bool) (*node, error) {
+// join puts a lock node for req in line, or takes back the place of one that an earlier
+// attempt of the same hold left there (left). When a create fails with the connection, its
+// node may exist all the same: join then looks for it by guid before creating again (Curator's
+// protection mode), and when it cannot tell, owes its removal rather than leave it in line.
+func (b *Backend) join(ctx context.Context, req fencelock.Request, guid string, left []owed) (*node, error) {
 	dir := b.Path(req.Name)
 	data := lockData{owner: req.Owner, meta: req.Meta, holds: []string{req.Hold}}
-	session := b.conn.SessionID() // of the last create, whose node recover may look for
+	o := owed{name: req.Name, owner: req.Owner, hold: req.Hold, guid: guid}
+	look := len(left) > 0 // for a node left in line
+	unsure := false       // a create of o's may have made its node
 	var err error
 	for _, pause := range createBackoff {
 		if pause > 0 {
-			if serr := sleep(ctx, pause); serr != nil {
-				err = serr
+			if err = sleep(ctx, pause); err != nil {
 				break
 			}
 		}
-		if unsure {
+		if look {
 			var n *node
-			if n, err = b.recover(dir, guid, session); n != nil || (err != nil && !ambiguous(err)) {
-				if n != nil {
-					n.hold = req.Hold
-				}
-				return n, classify(err)
+			if n, err = b.recover(ctx, dir, req, slices.Concat(left, []owed{o})); n != nil {
+				return n, nil
+			}
+			if err != nil && !ambiguous(err) {
+				break
 			}
 			if err != nil {
 				continue
 			}
-			unsure = false // not there: the create never reached the server
+			look, unsure = false, false // not there: the create never reached the server
 		}
+		o.session = b.conn.SessionID()
 		var n *node
-		session = b.conn.SessionID()
-		if n, err = b.create(dir, guid, data); err == nil {
-			n.session, n.hold = session, req.Hold
+		if n, err = b.createNode(ctx, dir, guid, data); err == nil {
+			n.hold = req.Hold
 			return n, nil
+		}
+		if p := inFlight(err); p != nil {
+			unsure, o.pending = true, p
+			break
 		}
 		switch {
 		case ambiguous(err):
-			unsure = true
+			look, unsure = true, true
 		case err == zk.ErrSessionExpired:
 			// The node, had it been made, ended with the session: create it again.
 		default:
@@ -73,7 +80,7 @@ func (b *Backend) join(ctx context.Context, req fencelock.Request, guid string, 
 		}
 	}
 	if unsure {
-		b.abandon(orphan{name: req.Name, guid: guid, owner: req.Owner, hold: req.Hold, session: session})
+		b.owe(o)
 	}
 	if ctx.Err() != nil {
 		return nil, err
@@ -81,38 +88,53 @@ func (b *Backend) join(ctx context.Context, req fencelock.Request, guid string, 
 	return nil, fmt.Errorf("%w: creating the lock node of %q: %w", fencelock.ErrUnavailable, req.Name, err)
 }
 
-// recover returns the node named by guid in dir, or nil when there is none. session is the
-// session the node would have been made under; 0 is unknown (go-zookeeper was between
-// sessions).
-func (b *Backend) recover(dir, guid string, session int64) (*node, error) {
-	if session != 0 && b.conn.SessionID() != session {
-		return nil, nil // a node made under the old session is gone with it
+// recover returns the first node in dir named by one of left that is this session's and holds
+// req's hold, or nil when there is none. It returns go-zookeeper's errors unwrapped, so that
+// join can tell an ambiguous outcome.
+func (b *Backend) recover(ctx context.Context, dir string, req fencelock.Request, left []owed) (*node, error) {
+	session := b.conn.SessionID()
+	var guids []string
+	for _, o := range left {
+		// A node made under a session that has since ended is gone with it.
+		if o.guid != "" && (o.session == 0 || o.session == session) {
+			guids = append(guids, o.guid)
+		}
 	}
-	children, _, err := b.conn.Children(dir)
+	if len(guids) == 0 {
+		return nil, nil
+	}
+	children, err := b.children(ctx, dir)
 	if err == zk.ErrNoNode {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	e, ok := findGUID(lineUp(children), guid)
-	if !ok {
-		return nil, nil
+	q := lineUp(children)
+	for _, guid := range guids {
+		e, ok := findGUID(q, guid)
+		if !ok {
+			continue
+		}
+		path := dir + "/" + e.name
+		data, stat, err := b.read(ctx, path)
+		if err == errVanished {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if stat.EphemeralOwner != b.conn.SessionID() || data.owner != req.Owner || !data.has(req.Hold) {
+			continue
+		}
+		return &node{path: path, name: e.name, session: stat.EphemeralOwner, hold: req.Hold, data: data, version: stat.Version, stat: stat}, nil
 	}
-	path := dir + "/" + e.name
-	data, stat, err := b.read(path)
-	if err == errVanished {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &node{path: path, name: e.name, session: session, data: data, version: stat.Version, stat: stat}, nil
+	return nil, nil
 }
 
-// create makes a lock node in dir. It returns go-zookeeper's errors unwrapped, so that join can
-// tell an ambiguous outcome.
-func (b *Backend) create(dir, guid string, data lockData) (*node, error) {
+// createNode makes a lock node in dir. It returns go-zookeeper's errors unwrapped, so that join
+// can tell an ambiguous outcome.
+func (b *Backend) createNode(ctx context.Context, dir, guid string, data lockData) (*node, error) {
 	enc := data.encode()
 	for range lookTries {
 		// Most locks are free when asked for, and a free lock has no directory (the last
@@ -120,19 +142,21 @@ func (b *Backend) create(dir, guid string, data lockData) (*node, error) {
 		// for its reply, which carries the node's czxid, the fencing token.
 		name := firstNodeName(guid)
 		path := dir + "/" + name
-		res, err := b.conn.Multi(
+		sent := time.Now()
+		res, err := b.multi(ctx,
 			&zk.CreateRequest{Path: dir, Acl: b.acl, Flags: zk.FlagPersistent},
 			&zk.CreateRequest{Path: path, Data: enc, Acl: b.acl, Flags: zk.FlagEphemeral},
 			&zk.SetDataRequest{Path: path, Data: enc, Version: 0},
 		)
 		switch {
 		case err == nil && len(res) == 3 && res[2].Stat != nil:
-			return &node{path: path, name: name, data: data, version: res[2].Stat.Version, stat: res[2].Stat, first: true}, nil
+			st := res[2].Stat
+			return &node{path: path, name: name, session: st.EphemeralOwner, data: data, version: st.Version, stat: st, first: true, sent: sent}, nil
 		case err == nil:
 			return nil, fmt.Errorf("fencelock/zk: unexpected reply to creating %s: %+v", path, res)
 		case err == zk.ErrNoNode:
 			// The root is missing.
-			if err := b.makeRoot(); err != nil {
+			if err := b.makeRoot(ctx); err != nil {
 				return nil, err
 			}
 			continue
@@ -140,10 +164,10 @@ func (b *Backend) create(dir, guid string, data lockData) (*node, error) {
 			return nil, err
 		}
 		// The directory exists: others are in line, or were a moment ago.
-		path, err = b.conn.Create(dir+"/"+nodeStem(guid), enc, zk.FlagEphemeral|zk.FlagSequence, b.acl)
+		path, err = b.create(ctx, dir+"/"+nodeStem(guid), enc, zk.FlagEphemeral|zk.FlagSequence)
 		switch err {
 		case nil:
-			return &node{path: path, name: path[len(dir)+1:], data: data}, nil
+			return &node{path: path, name: path[len(dir)+1:], session: b.conn.SessionID(), data: data, sent: sent}, nil
 		case zk.ErrNoNode:
 			continue // the last one out removed the directory meanwhile
 		}
@@ -153,12 +177,12 @@ func (b *Backend) create(dir, guid string, data lockData) (*node, error) {
 }
 
 // makeRoot creates the root and its ancestors as persistent nodes.
-func (b *Backend) makeRoot() error {
+func (b *Backend) makeRoot(ctx context.Context) error {
 	for i := 1; i <= len(b.root); i++ {
 		if i < len(b.root) && b.root[i] != '/' {
 			continue
 		}
-		_, err := b.conn.Create(b.root[:i], nil, zk.FlagPersistent, b.acl)
+		_, err := b.create(ctx, b.root[:i], nil, zk.FlagPersistent)
 		if err != nil && err != zk.ErrNodeExists {
 			return err
 		}

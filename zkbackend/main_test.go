@@ -26,6 +26,9 @@ var server *zktest.Server
 const sessionTimeout = 2 * time.Second
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(holderEnv); spec != "" {
+		os.Exit(runHolder(spec))
+	}
 	var err error
 	server, err = zktest.New()
 	if err != nil {
@@ -146,4 +149,31 @@ func exists(t testing.TB, conn *zk.Conn, path string) bool {
 		t.Fatal(err)
 	}
 	return ok
+}
+
+// runHolder is the child process of startHolder: it holds a lock through a session of its own
+// and reports the token, then stays until it is killed (or, should the test binary die without
+// killing it, for a minute).
+func runHolder(spec string) int {
+	f := strings.Fields(spec)
+	if len(f) != 3 {
+		fmt.Fprintf(os.Stderr, "%s=%q: want \"addr name owner\"\n", holderEnv, spec)
+		return 2
+	}
+	conn, _, err := zk.Connect([]string{f[0]}, sessionTimeout, zk.WithLogger(quietLogger{}))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	c := fencelock.New(newBackend(conn), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lock, err := c.Obtain(ctx, f[1], fencelock.WithOwner(f[2]))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("held %d\n", lock.Token())
+	time.Sleep(time.Minute)
+	return 0
 }

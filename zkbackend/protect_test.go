@@ -106,7 +106,7 @@ func TestConnectionLossDuringCreate(t *testing.T) {
 	if n, err := b.Release(ctx, fencelock.Lease{Name: name, Owner: "owner"}, "h"); n != 0 || err != nil {
 		t.Fatalf("release: %d %v", n, err)
 	}
-	if exists(t, admin, dir) || b.Orphans() != 0 {
-		t.Fatalf("left behind: directory %v, %d orphans", exists(t, admin, dir), b.Orphans())
+	if exists(t, admin, dir) || b.Owed() != 0 {
+		t.Fatalf("left behind: directory %v, %d owed", exists(t, admin, dir), b.Owed())
 	}
 }

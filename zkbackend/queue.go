@@ -4,143 +4,229 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock"
 )
 
+// leaveGrace is how long a waiter whose context ended still waits for the deletion of its
+// node, so that it leaves nothing in line when the server answers at once; past it, the
+// deletion is owed (owed.go), and the call returns.
+const leaveGrace = 100 * time.Millisecond
+
 // await holds the lock once n is first in line. Queued, it waits for that, watching only the
 // node just ahead of n, so that a release wakes one waiter, not the whole line. Not queued, it
 // takes n out of line again when n is not first.
-func (b *Backend) await(ctx context.Context, req fencelock.Request, n *node, queued bool) (fencelock.Grant, error) {
+func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Request, n *node, queued bool) (fencelock.Grant, holding, error) {
 	k := holder{req.Name, req.Owner}
 	if n.first {
-		return b.take(k, n)
+		return b.seize(ctx, start, k, n, n.sent, true)
 	}
 	dir := parent(n.path)
-	for {
+	for woke := false; ; woke = true {
 		if err := ctx.Err(); err != nil {
-			return b.leave(k, n, fmt.Errorf("fencelock/zk: left the queue of %q: %w", req.Name, err))
+			return b.leave(ctx, k, n, fmt.Errorf("fencelock/zk: left the queue of %q: %w", req.Name, err))
 		}
-		q, err := b.queue(dir)
+		sent := time.Now()
+		var synced <-chan error
+		if woke {
+			// After a wait, n may be first now: the grant would rest on this read, and must
+			// rest on a sync too (see granted). Sent together, they cost one round trip.
+			synced = b.syncAsync(dir)
+		}
+		q, err := b.queue(ctx, dir)
 		if err != nil {
-			return b.leave(k, n, err)
+			return b.leave(ctx, k, n, err)
 		}
 		i := position(q, n.name)
 		switch {
 		case i < 0:
-			return fencelock.Grant{}, fmt.Errorf("%w: the lock node %s vanished while in line: its session expired, or someone deleted it", fencelock.ErrUnavailable, n.path)
+			return fencelock.Grant{}, holding{}, fmt.Errorf("%w: the lock node %s vanished while in line: its session expired, or someone deleted it", fencelock.ErrUnavailable, n.path)
+		case i == 0 && synced != nil:
+			select {
+			case err = <-synced:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			if err != nil {
+				return b.leave(ctx, k, n, classify(err))
+			}
+			return b.seize(ctx, start, k, n, sent, true)
 		case i == 0:
-			return b.take(k, n)
+			return b.seize(ctx, start, k, n, sent, false)
 		}
 		if n.stat == nil && queued {
 			// Read n now, not when it reaches the head: its czxid never changes, and no one
-			// but its owner can write to it, and only once it is first. The handoff is then
-			// one round trip, as in the plain recipe.
-			if err := b.readOwn(n); err != nil {
-				return b.leave(k, n, err)
+			// but its owner can write to it, and only once it is first.
+			if err := b.readOwn(ctx, n); err != nil {
+				return b.leave(ctx, k, n, err)
 			}
 		}
-
-		// Watching the first node when it is the one just ahead reads its owner too.
-		first := dir + "/" + q[0].name
-		var watch <-chan zk.Event
-		var data lockData
-		var stat *zk.Stat
-		if i == 1 && queued {
-			var raw []byte
-			raw, stat, watch, err = b.conn.GetW(first)
-			if err == nil {
-				if data, err = decodeData(raw); err != nil {
-					err = fmt.Errorf("%w: %s: %w", fencelock.ErrInvalid, first, err)
-				}
-			} else if err == zk.ErrNoNode {
-				err = errVanished
-			}
-		} else {
-			data, stat, err = b.read(first)
-		}
+		head, err := b.ahead(ctx, dir, q, i, req, queued)
 		switch {
 		case err == errVanished:
 			continue // released meanwhile: n may be first now
 		case err != nil:
-			return b.leave(k, n, classify(err))
-		}
-		if data.owner == req.Owner {
+			return b.leave(ctx, k, n, classify(err))
+		case head.mine:
 			// The owner holds the lock through another node: enter that one rather than wait
 			// behind itself.
-			g, err := b.enter(ctx, k, b.holdingOf(first, data, stat), req.Hold, true)
+			g, h, err := b.enter(ctx, start, k, head.holding, req.Hold, true)
 			if err == errVanished {
 				continue
 			}
-			// n is surplus either way; if it cannot go now, the sweep removes it.
-			_, _ = b.leave(k, n, nil)
-			return g, err
+			// n is surplus either way; if it cannot go now, its removal is owed.
+			_, _, _ = b.leave(ctx, k, n, nil)
+			return g, h, err
+		case !queued:
+			return b.leave(ctx, k, n, &fencelock.HeldError{Name: req.Name})
 		}
-		if !queued {
-			return b.leave(k, n, &fencelock.HeldError{Name: req.Name})
-		}
-		if watch == nil {
-			_, _, watch, err = b.conn.GetW(dir + "/" + q[i-1].name)
-			switch {
-			case err == zk.ErrNoNode:
-				continue // left meanwhile: look again
-			case err != nil:
-				return b.leave(k, n, classify(err))
+		if err := b.waitTurn(ctx, req.Name, dir+"/"+q[i-1].name, head.watch); err != nil {
+			if errors.Is(err, errSessionGone) {
+				return fencelock.Grant{}, holding{}, err // n went with the session
 			}
-		}
-		select {
-		case ev := <-watch:
-			if ev.Err != nil {
-				// go-zookeeper ends watches when the session expires or the connection is
-				// closed for good; n went with the session.
-				return fencelock.Grant{}, fmt.Errorf("%w: waiting for %q: %w", fencelock.ErrUnavailable, req.Name, ev.Err)
-			}
-		case <-ctx.Done():
-			// The watch stays registered until the node ahead changes: go-zookeeper cannot
-			// remove it. It costs a map entry and a buffered channel, no goroutine.
-			return b.leave(k, n, fmt.Errorf("fencelock/zk: left the queue of %q: %w", req.Name, ctx.Err()))
+			return b.leave(ctx, k, n, err)
 		}
 	}
 }
 
+// firstInLine is what a waiter knows of the node first in line.
+type firstInLine struct {
+	holding
+	mine  bool            // the waiter's owner holds the lock through it, and it can vouch for it
+	watch <-chan zk.Event // set when that node is just ahead of the waiter
+}
+
+// ahead reads the node first in line; when it is just ahead of the waiter (at i), with a
+// watch, which saves a request.
+func (b *Backend) ahead(ctx context.Context, dir string, q []entry, i int, req fencelock.Request, queued bool) (firstInLine, error) {
+	path := dir + "/" + q[0].name
+	sent := time.Now()
+	var f firstInLine
+	var data lockData
+	var stat *zk.Stat
+	var err error
+	if i == 1 && queued {
+		var raw []byte
+		raw, stat, f.watch, err = b.getW(ctx, path)
+		switch {
+		case err == zk.ErrNoNode:
+			return f, errVanished
+		case err != nil:
+			return f, err
+		}
+		if data, err = decodeData(raw); err != nil {
+			return f, fmt.Errorf("%w: %s: %w", fencelock.ErrInvalid, path, err)
+		}
+	} else if data, stat, err = b.read(ctx, path); err != nil {
+		return f, err
+	}
+	f.holding = holdingOf(path, data, stat, sent)
+	// A node of a session this Backend cannot vouch for is another holder's to it, owner or
+	// not (see sessions.go).
+	f.mine = data.owner == req.Owner && b.vouchable(stat.EphemeralOwner)
+	return f, nil
+}
+
+// errSessionGone says a waiter's node went with its session: go-zookeeper ended the watch.
+var errSessionGone = errors.New("fencelock/zk: the session ended while waiting")
+
+// waitTurn waits for the node just ahead of a waiter to change, with watch when the caller has
+// one on it.
+func (b *Backend) waitTurn(ctx context.Context, name, ahead string, watch <-chan zk.Event) error {
+	if watch == nil {
+		_, _, w, err := b.getW(ctx, ahead)
+		switch {
+		case err == zk.ErrNoNode:
+			return nil // left meanwhile: look again
+		case err != nil:
+			return classify(err)
+		}
+		watch = w
+	}
+	select {
+	case ev := <-watch:
+		if ev.Err != nil {
+			// go-zookeeper ends watches when the session expires or the connection is
+			// closed for good; the waiter's node went with the session.
+			return fmt.Errorf("%w: waiting for %q: %w: %w", fencelock.ErrUnavailable, name, errSessionGone, ev.Err)
+		}
+		return nil
+	case <-ctx.Done():
+		// The watch stays registered until the node ahead changes: go-zookeeper cannot
+		// remove it. It costs a map entry and a buffered channel, no goroutine.
+		return fmt.Errorf("fencelock/zk: left the queue of %q: %w", name, ctx.Err())
+	}
+}
+
+// syncAsync syncs the connection's server with the leader, and sends the outcome on the
+// channel it returns.
+func (b *Backend) syncAsync(path string) <-chan error {
+	synced := make(chan error, 1)
+	b.flights.start()
+	go func() {
+		defer b.flights.end()
+		_, err := b.conn.Sync(path)
+		synced <- err
+	}()
+	return synced
+}
+
 // readOwn reads n's data and stat.
-func (b *Backend) readOwn(n *node) error {
-	data, stat, err := b.read(n.path)
+func (b *Backend) readOwn(ctx context.Context, n *node) error {
+	data, stat, err := b.read(ctx, n.path)
 	if err == errVanished {
 		return fmt.Errorf("%w: the lock node %s vanished while in line", fencelock.ErrUnavailable, n.path)
 	}
 	if err != nil {
 		return err
 	}
-	n.data, n.version, n.stat = data, stat.Version, stat
+	n.data, n.version, n.stat, n.session = data, stat.Version, stat, stat.EphemeralOwner
 	return nil
 }
 
-// take records n, first in line, as the owner's lock node.
-func (b *Backend) take(k holder, n *node) (fencelock.Grant, error) {
+// seize records n, first in line as the request sent at sent found it, as the owner's lock
+// node; confirmed is as for granted.
+func (b *Backend) seize(ctx context.Context, start time.Time, k holder, n *node, sent time.Time, confirmed bool) (fencelock.Grant, holding, error) {
 	if n.stat == nil {
-		if err := b.readOwn(n); err != nil {
-			return fencelock.Grant{}, err
+		if err := b.readOwn(ctx, n); err != nil {
+			return b.leave(ctx, k, n, err)
 		}
 	}
-	h := b.holdingOf(n.path, n.data, n.stat)
+	h := holdingOf(n.path, n.data, n.stat, sent)
 	b.remember(k, h)
-	return b.grant(h), nil
+	g, err := b.granted(ctx, start, h, sent, confirmed)
+	if err != nil {
+		return b.leave(ctx, k, n, err)
+	}
+	return g, h, nil
 }
 
-// leave takes n out of line and returns cause. When n cannot be removed now, it is left to the
-// sweep: a node left in line would reach its head and hold the lock for no one.
-func (b *Backend) leave(k holder, n *node, cause error) (fencelock.Grant, error) {
-	_, err := b.releaseNode(k, n.path, n.hold, n.data, n.version, false)
+// leave takes n out of line and returns cause. A waiter whose context ended still waits
+// leaveGrace for it; when n cannot be removed by then, its removal is owed: a node left in
+// line would reach its head and hold the lock for no one.
+func (b *Backend) leave(ctx context.Context, k holder, n *node, cause error) (fencelock.Grant, holding, error) {
+	o := owed{name: k.name, owner: k.owner, hold: n.hold, guid: parseGUID(n.name), session: n.session}
+	if b.conn.State() != zk.StateHasSession {
+		b.owe(o)
+		return fencelock.Grant{}, holding{}, cause
+	}
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), leaveGrace)
+		defer cancel()
+	}
+	_, err := b.releaseNode(ctx, k, n.path, n.hold, n.data, n.version, false)
 	if err != nil && err != errVanished && !errors.Is(err, fencelock.ErrInvalid) {
-		b.abandon(orphan{name: k.name, guid: parseGUID(n.name), owner: k.owner, hold: n.hold, session: n.session})
+		o.pending = inFlight(err)
+		b.owe(o)
 		if cause == nil {
 			cause = err
 		}
 	}
-	return fencelock.Grant{}, cause
+	return fencelock.Grant{}, holding{}, cause
 }
 
 func parseGUID(name string) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,8 +187,8 @@ func TestWaiterLeavesTheLine(t *testing.T) {
 
 // A waiter that gives up while cut off from the server cannot delete its node, which would
 // reach the head of the line and hold the lock for no one. Once the connection is back (same
-// session), the Backend's next call removes it.
-func TestNodeLeftByAFailedLeaveIsSwept(t *testing.T) {
+// session), the Backend removes it.
+func TestNodeLeftByAFailedLeaveIsRemoved(t *testing.T) {
 	// Long enough to survive the cut: go-zookeeper redials a lone server only every second.
 	const session = 8 * time.Second
 	holder, bh := newClient(t)
@@ -221,19 +222,97 @@ func TestNodeLeftByAFailedLeaveIsSwept(t *testing.T) {
 	if err := <-waited; !errors.Is(err, context.Canceled) {
 		t.Fatalf("waiter: %v", err)
 	}
-	if n, q := b.Orphans(), line(t, admin, dir); n != 1 || len(q) != 2 {
-		t.Fatalf("%d orphans, line %v: want the waiter's node owed and still in line", n, q)
+	if n, q := b.Owed(), line(t, admin, dir); n != 1 || len(q) != 2 {
+		t.Fatalf("%d owed, line %v: want the waiter's node owed and still in line", n, q)
 	}
 
 	link.Restore()
 	waitFor(t, 10*time.Second, "the reconnect", func() bool { return conn.State() == zk.StateHasSession })
 	if conn.SessionID() != id {
-		t.Fatal("the session expired: nothing left to sweep")
+		t.Fatal("the session expired: nothing left to remove")
 	}
-	if _, err := b.Release(ctx, fencelock.Lease{Name: name, Owner: "waiter"}, "h"); !errors.Is(err, fencelock.ErrNotHeld) {
-		t.Fatalf("release by the waiter: %v", err)
+	waitFor(t, 5*time.Second, "the owed removal", func() bool { return b.Owed() == 0 && len(line(t, admin, dir)) == 1 })
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
 	}
-	if n, q := b.Orphans(), line(t, admin, dir); n != 0 || len(q) != 1 {
-		t.Fatalf("after the sweep: %d orphans, line %v", n, q)
+}
+
+// A waiter that waits longer than the TTL keeps its place: its grant is counted from the read
+// that found it first in line, not from when it began to wait. The grant used to report no
+// wait at all, so the Client took it for one that arrived after its validity, released it and
+// queued again at the back: the next waiter got the lock first.
+func TestLongWaitKeepsItsPlace(t *testing.T) {
+	holder, b := newClient(t)
+	admin := dial(t, server.Addr, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := lockName(t)
+	dir := b.Path(name)
+
+	lock, err := holder.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup // the waiters, done before the test's context is cancelled
+	defer wg.Wait()
+	var mu sync.Mutex // guards released and grant
+	released := make(map[int]time.Time)
+	order := make(chan int, 3)
+	hold := func(i int, release func() error) {
+		order <- i
+		time.Sleep(10 * time.Millisecond)
+		mu.Lock()
+		released[i] = time.Now()
+		mu.Unlock()
+		if err := release(); err != nil {
+			t.Error(err)
+		}
+	}
+	for i := range 2 {
+		c, _ := newClient(t)
+		wg.Go(func() {
+			l, err := c.Obtain(ctx, name)
+			if err != nil {
+				t.Error(err)
+				order <- -1
+				return
+			}
+			hold(i, func() error { return l.Release(ctx) })
+		})
+		waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, dir)) == i+2 })
+	}
+	// The third waiter calls the backend itself, to see what its grant says.
+	direct := newBackend(dial(t, server.Addr, nil))
+	var grant fencelock.Grant
+	began := time.Now()
+	wg.Go(func() {
+		g, err := direct.AcquireQueued(ctx, fencelock.Request{Name: name, Owner: "direct", TTL: sessionTimeout})
+		if err != nil {
+			t.Error(err)
+			order <- -1
+			return
+		}
+		mu.Lock()
+		grant = g
+		mu.Unlock()
+		hold(2, func() error {
+			_, err := direct.Release(ctx, fencelock.Lease{Name: name, Owner: "direct"}, "")
+			return err
+		})
+	})
+	waitFor(t, 10*time.Second, "the third waiter in line", func() bool { return len(line(t, admin, dir)) == 4 })
+
+	time.Sleep(2 * sessionTimeout)
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := []int{<-order, <-order, <-order} // -1: that waiter failed
+	if want := []int{0, 1, 2}; !slices.Equal(got, want) {
+		t.Fatalf("after a wait longer than the TTL the waiters got the lock in the order %v, want %v", got, want)
+	}
+	// The read that found the third waiter first came after the second one began to release.
+	mu.Lock()
+	defer mu.Unlock()
+	if least := released[1].Sub(began); grant.Elapsed < least {
+		t.Fatalf("grant %+v after a wait of more than %v: Elapsed must count the wait", grant, least.Round(time.Millisecond))
 	}
 }

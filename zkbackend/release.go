@@ -2,6 +2,7 @@ package zkbackend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/go-zookeeper/zk"
@@ -12,55 +13,82 @@ import (
 // Release implements fencelock.Backend. It acts only on the first node in line, and only when
 // that node names lease.Owner; the last hold deletes the node, and the lock's directory with it
 // when no one else is in line.
+//
+// A release that cannot be confirmed — the connection is down, or ctx ends first — returns an
+// error matching fencelock.ErrUnavailable or ctx's error, and is owed: the Backend makes it
+// once the session is back, since the node would otherwise hold the lock for no one as long as
+// the session lasts. Close waits for it.
 func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
 	if err := b.usable(ctx, lease.Name); err != nil {
 		return 0, err
 	}
-	b.sweep()
 	k := holder{lease.Name, lease.Owner}
-	if h, ok := b.holding(k); ok {
-		if b.lost(h) {
-			b.forget(k, h.path)
-		} else if n, err := b.releaseNode(k, h.path, hold, h.data, h.version, false); err != errVanished {
+	o := owed{name: lease.Name, owner: lease.Owner, hold: hold}
+	h, cached := b.holding(k)
+	if cached && b.lost(h) {
+		b.forget(k, h.path)
+		cached = false
+	}
+	if cached {
+		o.guid, o.session = h.guid(), h.session
+	}
+	if s := b.conn.State(); s != zk.StateHasSession {
+		b.owe(o)
+		return 0, fmt.Errorf("%w: no ZooKeeper session (connection %v): the release of %q is owed, to be made once the session is back", fencelock.ErrUnavailable, s, lease.Name)
+	}
+	n, err := b.release(ctx, k, hold, h, cached, &o)
+	if err != nil && !errors.Is(err, fencelock.ErrNotHeld) && !errors.Is(err, fencelock.ErrInvalid) {
+		o.pending = inFlight(err)
+		b.owe(o)
+	}
+	return n, err
+}
+
+// release is Release once the connection is up. o names the node it acts on as soon as it
+// knows it.
+func (b *Backend) release(ctx context.Context, k holder, hold string, h holding, cached bool, o *owed) (int, error) {
+	if cached {
+		if n, err := b.releaseNode(ctx, k, h.path, hold, h.data, h.version, false); err != errVanished {
 			return n, err
 		}
 	}
-	dir := b.Path(lease.Name)
+	dir := b.Path(k.name)
 	for range lookTries {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		q, err := b.queue(dir)
+		q, err := b.queue(ctx, dir)
 		if err != nil {
 			return 0, err
 		}
 		if len(q) == 0 {
-			return 0, fmt.Errorf("%w: %q is not held", fencelock.ErrNotHeld, lease.Name)
+			return 0, fmt.Errorf("%w: %q is not held", fencelock.ErrNotHeld, k.name)
 		}
 		path := dir + "/" + q[0].name
-		data, stat, err := b.read(path)
+		data, stat, err := b.read(ctx, path)
 		if err == errVanished {
 			continue
 		}
 		if err != nil {
 			return 0, err
 		}
-		if data.owner != lease.Owner {
-			return 0, fmt.Errorf("%w: %q is held by another owner", fencelock.ErrNotHeld, lease.Name)
+		if data.owner != k.owner {
+			return 0, fmt.Errorf("%w: %q is held by another owner", fencelock.ErrNotHeld, k.name)
 		}
-		n, err := b.releaseNode(k, path, hold, data, stat.Version, true)
+		o.guid, o.session = q[0].guid, stat.EphemeralOwner
+		n, err := b.releaseNode(ctx, k, path, hold, data, stat.Version, true)
 		if err == errVanished {
 			continue
 		}
 		return n, err
 	}
-	return 0, fmt.Errorf("%w: %q changed hands %d times while being released", fencelock.ErrUnavailable, lease.Name, lookTries)
+	return 0, fmt.Errorf("%w: %q changed hands %d times while being released", fencelock.ErrUnavailable, k.name, lookTries)
 }
 
 // releaseNode takes hold out of the lock node at path, whose data and version the caller last
 // saw (fresh: just now), and returns the hold count left. A hold that is not there was
 // released already: the count stays. It returns errVanished when the node is gone.
-func (b *Backend) releaseNode(k holder, path, hold string, data lockData, version int32, fresh bool) (int, error) {
+func (b *Backend) releaseNode(ctx context.Context, k holder, path, hold string, data lockData, version int32, fresh bool) (int, error) {
 	for {
 		var err error
 		switch left := data.without(hold); {
@@ -69,20 +97,20 @@ func (b *Backend) releaseNode(k holder, path, hold string, data lockData, versio
 		case !data.has(hold):
 			err = zk.ErrBadVersion // a stale copy: read before concluding
 		case left.count() == 0:
-			if err = b.remove(path, version); err == nil {
+			if err = b.remove(ctx, path, version); err == nil {
 				b.forget(k, path)
 				return 0, nil
 			}
 		default:
 			var stat *zk.Stat
-			if stat, err = b.conn.Set(path, left.encode(), version); err == nil {
+			if stat, err = b.set(ctx, path, left.encode(), version); err == nil {
 				b.update(k, path, left, stat.Version)
 				return left.count(), nil
 			}
 		}
 		switch err {
 		case zk.ErrBadVersion:
-			d, stat, rerr := b.read(path)
+			d, stat, rerr := b.read(ctx, path)
 			if rerr != nil {
 				if rerr == errVanished {
 					b.forget(k, path)
@@ -101,15 +129,15 @@ func (b *Backend) releaseNode(k holder, path, hold string, data lockData, versio
 
 // remove deletes a lock node at version, and its directory when that is left empty, so that
 // a name leaves nothing behind once no one holds or wants it.
-func (b *Backend) remove(path string, version int32) error {
-	_, err := b.conn.Multi(
+func (b *Backend) remove(ctx context.Context, path string, version int32) error {
+	_, err := b.multi(ctx,
 		&zk.DeleteRequest{Path: path, Version: version},
 		&zk.DeleteRequest{Path: parent(path), Version: -1},
 	)
 	if err == zk.ErrNotEmpty {
 		// Others are in line (the node itself, ephemeral, has no children): they keep the
 		// directory, and the last of them removes it.
-		err = b.conn.Delete(path, version)
+		err = b.delete(ctx, path, version)
 	}
 	return err
 }

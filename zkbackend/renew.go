@@ -3,6 +3,7 @@ package zkbackend
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -10,62 +11,70 @@ import (
 )
 
 // Renew implements fencelock.Backend. Nothing needs extending: a lock lives as long as the
-// session, which go-zookeeper keeps alive with its pings. Renew confirms instead that the
-// session is connected and the owner's node still holds the lock, and vouches for the lock for
-// one session timeout from then: the server cannot expire the session sooner after hearing
-// from it.
+// session that owns its node, which go-zookeeper keeps alive with its pings. Renew confirms
+// instead, through that session's connection, that the session lives and the node is still
+// there (witness), and vouches for the lock for one session timeout from the start of the
+// call: the server cannot expire the session sooner after hearing from it. Each connection is
+// synced with the leader once per call.
 func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
 	out := make([]fencelock.Renewal, len(leases))
+	synced := make(map[*zk.Conn]time.Time)
 	for i, l := range leases {
-		if err := b.renew(ctx, l); err != nil {
-			out[i].Err = err
-		} else {
-			out[i].Validity = b.validity
-		}
+		out[i].Validity, out[i].Err = b.renew(ctx, l, synced)
 	}
 	return out
 }
 
-func (b *Backend) renew(ctx context.Context, l fencelock.Lease) error {
+func (b *Backend) renew(ctx context.Context, l fencelock.Lease, synced map[*zk.Conn]time.Time) (time.Duration, error) {
 	if err := b.usable(ctx, l.Name); err != nil {
-		return err
-	}
-	if s := b.conn.State(); s != zk.StateHasSession {
-		return fmt.Errorf("%w: no ZooKeeper session (connection %v)", fencelock.ErrUnavailable, s)
+		return 0, err
 	}
 	k := holder{l.Name, l.Owner}
-	if h, ok := b.holding(k); ok {
-		if b.lost(h) {
-			b.forget(k, h.path)
-			return fmt.Errorf("%w: the ZooKeeper session that owned the lock node of %q expired", fencelock.ErrNotHeld, l.Name)
-		}
-		// The node's owner never changes and it was first in line, so existing is holding.
-		exists, _, err := b.conn.Exists(h.path)
-		if err != nil {
-			return classify(err)
-		}
-		if exists {
-			return nil
-		}
+	h, ok := b.holding(k)
+	if ok && b.lost(h) {
 		b.forget(k, h.path)
+		return 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node of %q expired", fencelock.ErrNotHeld, l.Name)
 	}
-	// Not known here (another Backend made the node for the same owner), or gone: look.
-	dir := b.Path(l.Name)
-	q, err := b.queue(dir)
+	if !ok {
+		// Not known here (another Backend made the node for the same owner): look.
+		var err error
+		if h, err = b.headOf(ctx, k); err != nil {
+			return 0, err
+		}
+	}
+	// The node's owner never changes and it was first in line, so existing is holding.
+	_, keep, err := b.witness(ctx, h, synced)
+	switch {
+	case err == errVanished:
+		b.forget(k, h.path)
+		return 0, fmt.Errorf("%w: %q is no longer held by this owner in ZooKeeper", fencelock.ErrNotHeld, l.Name)
+	case err != nil:
+		return 0, err
+	}
+	if !ok {
+		b.remember(k, h)
+	}
+	return keep, nil
+}
+
+// headOf returns the node first in line of k's lock, when it is k's owner's.
+func (b *Backend) headOf(ctx context.Context, k holder) (holding, error) {
+	dir := b.Path(k.name)
+	q, err := b.queue(ctx, dir)
 	if err != nil {
-		return err
+		return holding{}, err
 	}
 	if len(q) > 0 {
 		path := dir + "/" + q[0].name
-		data, stat, err := b.read(path)
+		sent := time.Now()
+		data, stat, err := b.read(ctx, path)
 		switch {
 		case err == errVanished:
 		case err != nil:
-			return err
-		case data.owner == l.Owner:
-			b.remember(k, b.holdingOf(path, data, stat))
-			return nil
+			return holding{}, err
+		case data.owner == k.owner:
+			return holdingOf(path, data, stat, sent), nil
 		}
 	}
-	return fmt.Errorf("%w: %q is no longer held by this owner in ZooKeeper", fencelock.ErrNotHeld, l.Name)
+	return holding{}, fmt.Errorf("%w: %q is no longer held by this owner in ZooKeeper", fencelock.ErrNotHeld, k.name)
 }
