@@ -124,9 +124,11 @@ func (p *planner) next() stepPlan {
 		s.Owner = p.owners[r.IntN(len(p.owners))]
 	}
 	switch n := r.IntN(10); {
-	case n == 0: // the longest interval allowed
+	case n < 2: // short enough that a Refresh to a far shorter TTL is allowed
+		s.Renew = min(5*time.Millisecond, (s.TTL-s.TTL/100-2*time.Millisecond)/2)
+	case n == 2: // the longest interval allowed
 		s.Renew = (s.TTL - s.TTL/100 - 2*time.Millisecond) / 2
-	case n == 1: // a millisecond past it: must be refused as invalid
+	case n == 3: // a millisecond past it: must be refused as invalid
 		s.Renew = (s.TTL-s.TTL/100-2*time.Millisecond)/2 + time.Millisecond
 	}
 	// Waits from a cancel mid-wait (tens of ms) to a few seconds.
@@ -197,7 +199,8 @@ var faultKinds = []struct {
 	{"delete-key", 3},
 }
 
-// planFaults draws the faults of a run of length d: one every 150ms to 1.2s.
+// planFaults draws the faults of a run of length d: one every 150ms to 1.2s for 3 to 6
+// seconds, then none for 2 to 3 seconds, so that a loss with no fault near it can be told.
 func planFaults(r *rand.Rand, d time.Duration, can func(kind string) bool) []faultPlan {
 	var out []faultPlan
 	total := 0
@@ -207,7 +210,12 @@ func planFaults(r *rand.Rand, d time.Duration, can func(kind string) bool) []fau
 		}
 	}
 	classes := []string{"waiting", "holding", "releasing", "any"}
+	quietAt := time.Duration(3000+r.IntN(3000)) * time.Millisecond
 	for at := 300 * time.Millisecond; at < d; at += time.Duration(150+r.IntN(1050)) * time.Millisecond {
+		if at > quietAt {
+			at += time.Duration(2000+r.IntN(1000)) * time.Millisecond
+			quietAt = at + time.Duration(3000+r.IntN(3000))*time.Millisecond
+		}
 		f := faultPlan{At: at, Target: r.IntN(1 << 20), Other: r.IntN(1 << 20), Class: classes[r.IntN(len(classes))]}
 		n := r.IntN(total)
 		for _, k := range faultKinds {

@@ -34,7 +34,7 @@ type runnerHarness struct {
 	c                *nemesisCluster
 	proxies          []*testserver.Proxy
 
-	mu      sync.Mutex // guards everything below
+	mu      sync.Mutex  // guards everything below
 	running map[int]int // runner → pid of its run process
 	runs    []runnerInvocation
 	faults  []faultRecord

@@ -31,7 +31,7 @@ func nemesisShape(seed uint64, d time.Duration) nemesisRun {
 }
 
 // nemesisSeeds returns the seeds to run: FENCELOCK_NEMESIS_SEED replays one; otherwise
-// FENCELOCK_NEMESIS_SEEDS (default 1, or 3 in the long run) fresh ones.
+// FENCELOCK_NEMESIS_SEEDS (default 1, or 2 in the long run) fresh ones.
 func nemesisSeeds(t *testing.T) []uint64 {
 	if raw := os.Getenv("FENCELOCK_NEMESIS_SEED"); raw != "" {
 		s, err := strconv.ParseUint(raw, 10, 64)
@@ -42,7 +42,7 @@ func nemesisSeeds(t *testing.T) []uint64 {
 	}
 	n := 1
 	if full {
-		n = 3
+		n = 2
 	}
 	if raw := os.Getenv("FENCELOCK_NEMESIS_SEEDS"); raw != "" {
 		var err error
@@ -57,7 +57,7 @@ func nemesisSeeds(t *testing.T) []uint64 {
 	return seeds
 }
 
-// nemesisDuration is how long each run lasts: 12s in the short suite, 45s in the long one,
+// nemesisDuration is how long each run lasts: 10s in the short suite, 40s in the long one,
 // or FENCELOCK_NEMESIS_DURATION.
 func nemesisDuration(t *testing.T) time.Duration {
 	if raw := os.Getenv("FENCELOCK_NEMESIS_DURATION"); raw != "" {
@@ -68,9 +68,9 @@ func nemesisDuration(t *testing.T) time.Duration {
 		return d
 	}
 	if full {
-		return 45 * time.Second
+		return 40 * time.Second
 	}
-	return 12 * time.Second
+	return 10 * time.Second
 }
 
 // The nemesis: random operations of four worker processes against random faults, on every
