@@ -300,7 +300,8 @@ func (h *nemesisHistory) checkTimes(v *nemesisVerdict) {
 // drift is the Client's allowance for clock-rate differences (options.go).
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
-// (g) A lock of a long TTL is lost only when a fault touched it: a stop or a link fault of its
+// (g) A lock is not ended by a grant of its own owner and token (the store still held it),
+// and a lock of a long TTL is lost only when a fault touched it: a stop or a link fault of its
 // worker, a server fault, or its key deleted, from a second before it was obtained on.
 func (h *nemesisHistory) checkSpurious(v *nemesisVerdict) {
 	grantOf := map[[2]int64]nemEvent{}
@@ -315,7 +316,16 @@ func (h *nemesisHistory) checkSpurious(v *nemesisVerdict) {
 			continue
 		}
 		g, ok := grantOf[[2]int64{int64(e.W), e.L}]
-		if !ok || shortest[lockKey{g.Owner, g.Tok}] < spuriousMinTTL {
+		if !ok {
+			continue
+		}
+		// Lost before its deadline, the store said it no longer had the lock.
+		if again := h.regranted(e); again != nil && e.Ret < e.Valid && !h.lostData(g.Name, again.Start, e.Ret, e.Ret, time.Hour) {
+			v.flag(chkSpurious, e.W, "%s: worker %d's lock (token %d) lost (%s) by its own worker's grant of the same owner and token %v later: the store still held it",
+				g.Name, e.W, g.Tok, e.Err, time.Duration(again.Ret-e.Ret))
+			continue
+		}
+		if shortest[lockKey{g.Owner, g.Tok}] < spuriousMinTTL {
 			continue
 		}
 		if !h.touched(e.W, g.Name, g.Start-int64(time.Second), e.Ret) {
@@ -323,6 +333,18 @@ func (h *nemesisHistory) checkSpurious(v *nemesisVerdict) {
 				g.Name, e.W, g.TTL, g.Tok, time.Duration(e.Ret-g.Ret), e.Err)
 		}
 	}
+}
+
+// regranted returns a grant of the lost lock's owner and token to the same worker that was in
+// flight when the loss was seen: the store still held the lock then, under that very token,
+// so the Client had no cause to end it.
+func (h *nemesisHistory) regranted(lost nemEvent) *nemEvent {
+	for i, g := range h.Events {
+		if g.K == "grant" && g.W == lost.W && g.L != lost.L && g.Owner == lost.Owner && g.Tok == lost.Tok && g.Start <= lost.Ret && g.Ret >= lost.Ret-int64(time.Millisecond) {
+			return &h.Events[i]
+		}
+	}
+	return nil
 }
 
 func (h *nemesisHistory) touched(worker int, name string, from, to int64) bool {
