@@ -200,7 +200,7 @@ var faultKinds = []struct {
 }
 
 // planFaults draws the faults of a run of length d: one every 150ms to 1.2s for 3 to 6
-// seconds, then none for 2 to 3 seconds, so that a loss with no fault near it can be told.
+// seconds, then none for 3 to 5 seconds, so that a loss with no fault near it can be told.
 func planFaults(r *rand.Rand, d time.Duration, can func(kind string) bool) []faultPlan {
 	var out []faultPlan
 	total := 0
@@ -213,7 +213,7 @@ func planFaults(r *rand.Rand, d time.Duration, can func(kind string) bool) []fau
 	quietAt := time.Duration(3000+r.IntN(3000)) * time.Millisecond
 	for at := 300 * time.Millisecond; at < d; at += time.Duration(150+r.IntN(1050)) * time.Millisecond {
 		if at > quietAt {
-			at += time.Duration(2000+r.IntN(1000)) * time.Millisecond
+			at += time.Duration(3000+r.IntN(2000)) * time.Millisecond
 			quietAt = at + time.Duration(3000+r.IntN(3000))*time.Millisecond
 		}
 		f := faultPlan{At: at, Target: r.IntN(1 << 20), Other: r.IntN(1 << 20), Class: classes[r.IntN(len(classes))]}
