@@ -103,25 +103,35 @@ func (h *nemesisHarness) fault(f faultPlan) {
 }
 
 // pauseWorker stops a worker with SIGSTOP for f.D: one found in the state f.Class asks for
-// (waiting in Obtain, holding, releasing) when there is one, else any.
+// (waiting in Obtain, holding, releasing) when there is one, else any; for holding, one that
+// holds a lock under a shared owner first.
 func (h *nemesisHarness) pauseWorker(f faultPlan) {
 	h.mu.Lock()
-	var in, all []int
+	var shared, in, all []int
 	for w, states := range h.states {
 		if _, ok := h.pids[w]; !ok || h.busy[fmt.Sprintf("worker %d", w)] {
 			continue
 		}
 		all = append(all, w)
+		if slices.Contains(slices.Collect(maps.Values(states)), "holding-shared") {
+			shared = append(shared, w)
+		}
 		for _, st := range states {
-			if st == f.Class {
+			if st == f.Class || f.Class == "holding" && st == "holding-shared" {
 				in = append(in, w)
 				break
 			}
 		}
 	}
 	h.mu.Unlock()
+	slices.Sort(shared)
 	slices.Sort(in)
 	slices.Sort(all)
+	// A holder under an owner that other workers share is the one whose stop tells whether
+	// they trust a hold that lives in its session (ZooKeeper) or under its renewals (Redis).
+	if f.Class == "holding" && len(shared) > 0 {
+		in = shared
+	}
 	if len(in) == 0 {
 		in = all
 	}

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,7 +218,11 @@ func (w *nemesisWorker) step(th int, s stepPlan) {
 		w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
 		return
 	}
-	w.out.emit(nemEvent{K: "state", Th: th, State: "holding"})
+	holding := "holding"
+	if slices.Contains(w.cfg.Groups, s.Owner) {
+		holding = "holding-shared" // an owner other workers share: see pauseWorker
+	}
+	w.out.emit(nemEvent{K: "state", Th: th, State: holding})
 	for _, a := range s.Actions {
 		if time.Now().After(w.until) {
 			break
