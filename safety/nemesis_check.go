@@ -1,0 +1,361 @@
+package safety
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// nemesisHistory is everything a nemesis run recorded.
+type nemesisHistory struct {
+	Backend string // redis, redlock, etcd, zk: which checkers apply
+	Events  []nemEvent
+	Writes  []storedWrite
+	Faults  []faultRecord
+	Pauses  map[int][]interval // per worker: its SIGSTOPs, each extended by pauseGrace
+	NoTTL   []string           // Redis keys seen without a TTL
+	Exits   []string           // workers that failed or had to be killed
+}
+
+// faultRecord is one fault as the nemesis carried it out.
+type faultRecord struct {
+	Kind     string
+	From, To int64 // Unix ns
+	Worker   int   // the worker it was about, or -1
+	Server   int   // the server it was about, or -1
+	Name     string
+	DataLoss bool // it may have removed a lock from the store: a key deleted, a server restarted empty
+}
+
+type interval struct{ From, To int64 }
+
+// checker names, as the report and docs/SAFETY.md give them.
+const (
+	chkStale    = "a: fenced store accepted a stale token"
+	chkOrder    = "b: token not above an earlier grant to another owner"
+	chkOverlap  = "c: believed-valid overlap"
+	chkDone     = "d: Done closed late"
+	chkCall     = "e: call outlived its deadline"
+	chkNoTTL    = "f: key without a TTL"
+	chkLeak     = "f: goroutine left in a worker"
+	chkSpurious = "g: lock lost with no fault near it"
+	chkValidity = "h: validity shorter than the contract's"
+	chkExit     = "worker failed"
+)
+
+// nemesisVerdict is what the checkers found.
+type nemesisVerdict struct {
+	Found   map[string]int      // per checker, the findings (0 for a clean run)
+	Samples map[string][]string // per checker, the first few, described
+	Workers map[string][]int    // per checker, the workers whose events it flagged
+	Named   int                 // believed-valid overlaps that docs/SAFETY.md names (after a data loss), within bound
+
+	Grants, Writes, Refused, Calls, Lost, Faults int
+}
+
+func (v *nemesisVerdict) flag(checker string, worker int, format string, args ...any) {
+	v.Found[checker]++
+	if len(v.Samples[checker]) < 5 {
+		v.Samples[checker] = append(v.Samples[checker], fmt.Sprintf(format, args...))
+	}
+	if !slices.Contains(v.Workers[checker], worker) {
+		v.Workers[checker] = append(v.Workers[checker], worker)
+	}
+}
+
+// failures returns the checkers that found something, in order, with their count.
+func (v *nemesisVerdict) failures() []string {
+	var out []string
+	for _, k := range slices.Sorted(mapKeys(v.Found)) {
+		if n := v.Found[k]; n > 0 {
+			out = append(out, fmt.Sprintf("%s: %d (e.g. %s)", k, n, strings.Join(v.Samples[k], "; ")))
+		}
+	}
+	return out
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// check runs every checker over h.
+func (h *nemesisHistory) check() *nemesisVerdict {
+	v := &nemesisVerdict{Found: map[string]int{}, Samples: map[string][]string{}, Workers: map[string][]int{}, Faults: len(h.Faults)}
+	for _, c := range []string{chkStale, chkOrder, chkOverlap, chkDone, chkCall, chkNoTTL, chkLeak, chkSpurious, chkExit} {
+		v.Found[c] = 0
+	}
+	if h.Backend == "redis" || h.Backend == "redlock" {
+		v.Found[chkValidity] = 0
+	}
+	h.checkStore(v)
+	grants := h.grantsByName()
+	h.checkOrder(v, grants)
+	h.checkOverlap(v, grants)
+	h.checkTimes(v)
+	h.checkSpurious(v)
+	for _, k := range h.NoTTL {
+		v.flag(chkNoTTL, -1, "%s", k)
+	}
+	for _, e := range h.Events {
+		if e.K == "leak" {
+			v.flag(chkLeak, e.W, "worker %d: %s", e.W, e.Err)
+		}
+	}
+	for _, x := range h.Exits {
+		v.flag(chkExit, -1, "%s", x)
+	}
+	return v
+}
+
+// (a) In the order the store decided them, no accepted write carries a token below one it
+// accepted before, nor the same token from another owner.
+func (h *nemesisHistory) checkStore(v *nemesisVerdict) {
+	type top struct {
+		tok   int64
+		owner string
+	}
+	newest := map[string]top{}
+	for _, w := range h.Writes {
+		v.Writes++
+		if !w.Accepted {
+			v.Refused++
+			continue
+		}
+		n := newest[w.Name]
+		switch {
+		case w.Token < n.tok:
+			v.flag(chkStale, w.Worker, "%s: worker %d's token %d accepted after %d", w.Name, w.Worker, w.Token, n.tok)
+		case w.Token == n.tok && w.Owner != n.owner:
+			v.flag(chkStale, w.Worker, "%s: token %d accepted from two owners", w.Name, w.Token)
+		}
+		if w.Token >= n.tok {
+			newest[w.Name] = top{w.Token, w.Owner}
+		}
+	}
+}
+
+func (h *nemesisHistory) grantsByName() map[string][]nemEvent {
+	out := map[string][]nemEvent{}
+	for _, e := range h.Events {
+		if e.K == "grant" {
+			out[e.Name] = append(out[e.Name], e)
+		}
+	}
+	for _, g := range out {
+		slices.SortFunc(g, func(a, b nemEvent) int { return cmp.Compare(a.Ret, b.Ret) })
+	}
+	return out
+}
+
+// (b) A grant whose call began after another owner's grant had returned was made after it,
+// and so carries a greater token.
+func (h *nemesisHistory) checkOrder(v *nemesisVerdict, grants map[string][]nemEvent) {
+	for name, gs := range grants {
+		v.Grants += len(gs)
+		for _, g := range gs {
+			var worst *nemEvent
+			for i := range gs {
+				if gs[i].Ret >= g.Start {
+					break
+				}
+				if e := &gs[i]; e.Owner != g.Owner && e.Tok >= g.Tok && (worst == nil || e.Tok > worst.Tok) {
+					worst = e
+				}
+			}
+			if worst != nil {
+				v.flag(chkOrder, g.W, "%s: worker %d's %s grant %d (owner %.8s) after worker %d's %d (owner %.8s) returned %v before it began",
+					name, g.W, g.Op, g.Tok, g.Owner, worst.W, worst.Tok, worst.Owner, time.Duration(g.Start-worst.Ret))
+			}
+		}
+	}
+}
+
+// lockKey names one lock in the store: an owner's acquisition, and the handles that re-entered
+// it.
+type lockKey struct {
+	owner string
+	tok   int64
+}
+
+// lockSpans returns, per lock, when its first grant's call began, and its longest and shortest
+// TTL over its grants and refreshes.
+func (h *nemesisHistory) lockSpans() (first map[lockKey]int64, longest, shortest map[lockKey]time.Duration) {
+	first, longest, shortest = map[lockKey]int64{}, map[lockKey]time.Duration{}, map[lockKey]time.Duration{}
+	for _, e := range h.Events {
+		if e.K != "grant" && !(e.K == "call" && e.Op == "refresh" && e.Class == "ok") {
+			continue
+		}
+		k := lockKey{e.Owner, e.Tok}
+		if s, ok := first[k]; e.K == "grant" && (!ok || e.Start < s) {
+			first[k] = e.Start
+		}
+		longest[k] = max(longest[k], e.TTL)
+		if s, ok := shortest[k]; !ok || e.TTL < s {
+			shortest[k] = e.TTL
+		}
+	}
+	return first, longest, shortest
+}
+
+// (c) A write whose Valid() check began after another owner's later grant (a greater token)
+// had returned was made while both believed they held the lock. docs/SAFETY.md names one cause:
+// the store lost the lock (a key deleted, a server restarted without persistence) and the
+// holder learns it at its next renewal, within its TTL.
+func (h *nemesisHistory) checkOverlap(v *nemesisVerdict, grants map[string][]nemEvent) {
+	first, longest, _ := h.lockSpans()
+	for _, w := range h.Events {
+		if w.K != "write" {
+			continue
+		}
+		var later *nemEvent
+		for i := range grants[w.Name] {
+			g := &grants[w.Name][i]
+			if g.Ret >= w.Start {
+				break
+			}
+			if g.Owner != w.Owner && g.Tok > w.Tok {
+				later = g
+				break
+			}
+		}
+		if later == nil {
+			continue
+		}
+		k := lockKey{w.Owner, w.Tok}
+		if h.lostData(w.Name, first[k], later.Ret, w.Start, longest[k]) {
+			v.Named++
+			continue
+		}
+		v.flag(chkOverlap, w.W, "%s: worker %d wrote with token %d, valid, %v after worker %d's grant %d returned",
+			w.Name, w.W, w.Tok, time.Duration(w.Start-later.Ret), later.W, later.Tok)
+	}
+}
+
+// lostData reports whether the store may have lost name's lock between from and to, no longer
+// than ttl before at.
+func (h *nemesisHistory) lostData(name string, from, to, at int64, ttl time.Duration) bool {
+	for _, f := range h.Faults {
+		if f.DataLoss && (f.Name == "" || f.Name == name) && f.To >= from && f.From <= to && at-f.From <= int64(ttl+CallSlack) {
+			return true
+		}
+	}
+	return false
+}
+
+// paused returns how long worker w was stopped within [from, to].
+func (h *nemesisHistory) paused(w int, from, to int64) time.Duration {
+	var d int64
+	for _, p := range h.Pauses[w] {
+		if lo, hi := max(p.From, from), min(p.To, to); hi > lo {
+			d += hi - lo
+		}
+	}
+	return time.Duration(d)
+}
+
+// (d) Done closes within DoneSlack of the validity deadline, and (e) every call returns within
+// CallSlack of its context's deadline, not counting the time the worker was stopped. (h) A
+// first grant made by one request on Redis or Redlock is trusted for its TTL less the drift
+// allowance from that request's send, so at least that long from the call's start.
+func (h *nemesisHistory) checkTimes(v *nemesisVerdict) {
+	for _, e := range h.Events {
+		switch e.K {
+		case "done":
+			if e.Valid > 0 && e.Ret > e.Valid {
+				if late := time.Duration(e.Ret-e.Valid) - h.paused(e.W, e.Valid, e.Ret); late > DoneSlack {
+					v.flag(chkDone, e.W, "%s: worker %d's Done closed %v after the validity deadline (%s)", e.Name, e.W, late, e.Err)
+				}
+			}
+			if e.Lost {
+				v.Lost++
+			}
+		case "grant", "fail", "call":
+			v.Calls++
+			if e.Dl > 0 {
+				if over := time.Duration(e.Ret-e.Dl) - h.paused(e.W, e.Start, e.Ret); over > CallSlack {
+					v.flag(chkCall, e.W, "%s: worker %d's %s returned %v after its deadline (%s %s)", e.Name, e.W, e.Op, over, e.Class, e.Err)
+				}
+			}
+		}
+		// A queued Redis grant may be a hand-over, trusted for less by design: on Redis only a
+		// TryObtain's grant is made by one request.
+		if e.K == "grant" && e.Count == 1 && e.Op != "reenter" && (h.Backend == "redlock" || h.Backend == "redis" && e.Op == "try") {
+			want := e.Start + int64(e.TTL-drift(e.TTL)-time.Millisecond)
+			if e.Valid < want {
+				v.flag(chkValidity, e.W, "%s: worker %d's grant with TTL %v trusted %v less than TTL − drift from the call's start",
+					e.Name, e.W, e.TTL, time.Duration(want-e.Valid)+time.Millisecond)
+			}
+		}
+	}
+}
+
+// drift is the Client's allowance for clock-rate differences (options.go).
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// (g) A lock is not ended by a grant of its own owner and token (the store still held it),
+// and a lock of a long TTL is lost only when a fault touched it: a stop or a link fault of its
+// worker, a server fault, or its key deleted, from a second before it was obtained on.
+func (h *nemesisHistory) checkSpurious(v *nemesisVerdict) {
+	grantOf := map[[2]int64]nemEvent{}
+	for _, e := range h.Events {
+		if e.K == "grant" {
+			grantOf[[2]int64{int64(e.W), e.L}] = e
+		}
+	}
+	_, _, shortest := h.lockSpans()
+	for _, e := range h.Events {
+		if e.K != "done" || !e.Lost {
+			continue
+		}
+		g, ok := grantOf[[2]int64{int64(e.W), e.L}]
+		if !ok {
+			continue
+		}
+		// Lost before its deadline, the store said it no longer had the lock.
+		if again := h.regranted(e); again != nil && e.Ret < e.Valid && !h.lostData(g.Name, again.Start, e.Ret, e.Ret, time.Hour) {
+			v.flag(chkSpurious, e.W, "%s: worker %d's lock (token %d) lost (%s) by its own worker's grant of the same owner and token %v later: the store still held it",
+				g.Name, e.W, g.Tok, e.Err, time.Duration(again.Ret-e.Ret))
+			continue
+		}
+		if shortest[lockKey{g.Owner, g.Tok}] < spuriousMinTTL {
+			continue
+		}
+		if !h.touched(e.W, g.Name, g.Start-int64(time.Second), e.Ret) {
+			v.flag(chkSpurious, e.W, "%s: worker %d's lock (TTL %v, token %d) lost %v after its grant: %s",
+				g.Name, e.W, g.TTL, g.Tok, time.Duration(e.Ret-g.Ret), e.Err)
+		}
+	}
+}
+
+// regranted returns a grant of the lost lock's owner and token to the same worker that was in
+// flight when the loss was seen: the store still held the lock then, under that very token,
+// so the Client had no cause to end it.
+func (h *nemesisHistory) regranted(lost nemEvent) *nemEvent {
+	for i, g := range h.Events {
+		if g.K == "grant" && g.W == lost.W && g.L != lost.L && g.Owner == lost.Owner && g.Tok == lost.Tok && g.Start <= lost.Ret && g.Ret >= lost.Ret-int64(time.Millisecond) {
+			return &h.Events[i]
+		}
+	}
+	return nil
+}
+
+func (h *nemesisHistory) touched(worker int, name string, from, to int64) bool {
+	for _, f := range h.Faults {
+		if f.To < from || f.From > to {
+			continue
+		}
+		switch {
+		case f.Worker == worker, f.Name == name, f.Worker < 0 && f.Name == "":
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,68 @@
+package safety
+
+import (
+	"testing"
+	"time"
+)
+
+// Each checker fires on a history made by hand to break it, and stays quiet on its clean twin.
+func TestNemesisCheckersOnHistories(t *testing.T) {
+	ms := func(n int) int64 { return int64(n) * int64(time.Millisecond) }
+	grant := func(w int, owner string, tok int64, start, ret int) nemEvent {
+		return nemEvent{W: w, K: "grant", Op: "obtain", L: tok, Name: "x", Owner: owner, Tok: tok, Count: 1, TTL: time.Second, Start: ms(start), Ret: ms(ret), Valid: ms(ret + 900)}
+	}
+	write := func(w int, owner string, tok int64, at int) nemEvent {
+		return nemEvent{W: w, K: "write", L: tok, Name: "x", Owner: owner, Tok: tok, Start: ms(at), Ret: ms(at + 1)}
+	}
+	stored := func(w int, owner string, tok int64, ok bool) storedWrite {
+		return storedWrite{nemWrite: nemWrite{Name: "x", Owner: owner, Worker: w, Token: tok}, Accepted: ok}
+	}
+	done := func(w int, tok int64, at, valid int, lost bool) nemEvent {
+		return nemEvent{W: w, K: "done", L: tok, Name: "x", Owner: "a", Tok: tok, Ret: ms(at), Valid: ms(valid), Lost: lost}
+	}
+	call := func(w int, start, ret, dl int) nemEvent {
+		return nemEvent{W: w, K: "call", Op: "release", Name: "x", Start: ms(start), Ret: ms(ret), Dl: ms(dl)}
+	}
+	for _, tc := range []struct {
+		checker    string
+		bad, clean nemesisHistory
+	}{
+		{chkStale,
+			nemesisHistory{Writes: []storedWrite{stored(0, "a", 5, true), stored(1, "b", 4, true)}},
+			nemesisHistory{Writes: []storedWrite{stored(0, "a", 5, true), stored(1, "b", 4, false), stored(0, "a", 5, true)}}},
+		{chkOrder,
+			nemesisHistory{Events: []nemEvent{grant(0, "a", 5, 0, 10), grant(1, "b", 4, 20, 30)}},
+			nemesisHistory{Events: []nemEvent{grant(0, "a", 5, 0, 10), grant(1, "b", 4, 5, 30), grant(0, "a", 5, 40, 50)}}},
+		{chkOverlap,
+			nemesisHistory{Events: []nemEvent{grant(0, "a", 4, 0, 10), grant(1, "b", 5, 20, 30), write(0, "a", 4, 40)}},
+			nemesisHistory{Events: []nemEvent{grant(0, "a", 4, 0, 10), write(0, "a", 4, 25), grant(1, "b", 5, 20, 30)},
+				Faults: []faultRecord{{Kind: "delete-key", From: ms(15), To: ms(16), Worker: -1, Name: "x", DataLoss: true}}}},
+		{chkDone,
+			nemesisHistory{Events: []nemEvent{done(0, 1, 1000, 800, true)}},
+			nemesisHistory{Events: []nemEvent{done(0, 1, 1000, 800, true), done(0, 2, 500, 800, false)}, Pauses: map[int][]interval{0: {{ms(700), ms(990)}}}}},
+		{chkCall,
+			nemesisHistory{Events: []nemEvent{call(0, 0, 400, 200)}},
+			nemesisHistory{Events: []nemEvent{call(0, 0, 400, 200)}, Pauses: map[int][]interval{0: {{ms(100), ms(250)}}}}},
+		{chkLeak,
+			nemesisHistory{Events: []nemEvent{{W: 2, K: "leak", Err: "found unexpected goroutines"}}},
+			nemesisHistory{}},
+		{chkNoTTL, nemesisHistory{NoTTL: []string{"server 0: k"}}, nemesisHistory{}},
+		{chkSpurious,
+			nemesisHistory{Events: []nemEvent{{W: 0, K: "grant", Op: "obtain", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 3 * time.Second, Start: 0, Ret: ms(5)}, done(0, 1, 900, 2900, true)}},
+			nemesisHistory{Events: []nemEvent{{W: 0, K: "grant", Op: "obtain", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 3 * time.Second, Start: 0, Ret: ms(5)}, done(0, 1, 900, 2900, true)},
+				Faults: []faultRecord{{Kind: "cut", From: ms(500), To: ms(600), Worker: 0, Server: 0}}}},
+		{chkSpurious, // ended by a grant of its own owner and token
+			nemesisHistory{Events: []nemEvent{grant(0, "a", 1, 0, 5), {W: 0, K: "grant", Op: "burst", L: 2, Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: ms(1), Ret: ms(6)}, done(0, 1, 6, 900, true)}},
+			nemesisHistory{Events: []nemEvent{grant(0, "a", 1, 0, 5), {W: 0, K: "grant", Op: "burst", L: 2, Name: "x", Owner: "a", Tok: 2, Count: 1, TTL: time.Second, Start: ms(1), Ret: ms(6)}, done(0, 1, 6, 900, true)}}},
+		{chkValidity,
+			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(975)}}},
+			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(988)}}}},
+	} {
+		if v := tc.bad.check(); v.Found[tc.checker] == 0 {
+			t.Errorf("%s did not fire on %+v", tc.checker, tc.bad)
+		}
+		if v := tc.clean.check(); v.Found[tc.checker] != 0 {
+			t.Errorf("%s fired on the clean history: %v", tc.checker, v.Samples[tc.checker])
+		}
+	}
+}

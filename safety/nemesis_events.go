@@ -1,0 +1,102 @@
+package safety
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// nemEvent is one line of a nemesis worker's output: something it did or saw, stamped with
+// the wall clock (Unix ns), which every process on the machine shares.
+type nemEvent struct {
+	W     int           `json:"w"`            // worker
+	K     string        `json:"k"`            // kind: grant, fail, call, write, done, state, leak
+	Op    string        `json:"op,omitempty"` // obtain, try, burst, reenter, refresh, release
+	L     int64         `json:"l,omitempty"`  // the lock handle, unique within the worker
+	Name  string        `json:"n,omitempty"`
+	Owner string        `json:"o,omitempty"`
+	Tok   int64         `json:"t,omitempty"`
+	Count int           `json:"c,omitempty"` // grant: the hold count
+	TTL   time.Duration `json:"ttl,omitempty"`
+	Start int64         `json:"s,omitempty"`  // call: its start; write: just before Valid()
+	Ret   int64         `json:"r,omitempty"`  // call: its return; done: when Done closed
+	Dl    int64         `json:"dl,omitempty"` // the call's context deadline
+	Valid int64         `json:"v,omitempty"`  // ValidUntil: at the grant, or the final one at done
+	Class string        `json:"cl,omitempty"` // how a call ended, see errClass; write: accepted or refused
+	Err   string        `json:"e,omitempty"`
+	Lost  bool          `json:"lost,omitempty"` // done: the lock ended matching ErrLost
+	State string        `json:"st,omitempty"`   // state: waiting, holding, releasing, idle
+	Th    int           `json:"th,omitempty"`   // state: the thread
+}
+
+// errClass names what an error means to the checkers.
+func errClass(err error) string {
+	var held *fencelock.HeldError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, fencelock.ErrInvalid):
+		return "invalid"
+	case errors.Is(err, fencelock.ErrClosed):
+		return "closed"
+	case errors.As(err, &held):
+		return "held"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "ctx"
+	case errors.Is(err, fencelock.ErrLost):
+		return "lost"
+	case errors.Is(err, fencelock.ErrNotHeld):
+		return "notheld"
+	case errors.Is(err, fencelock.ErrNotObtained):
+		return "notobtained"
+	case errors.Is(err, fencelock.ErrUnavailable):
+		return "unavailable"
+	}
+	return "other"
+}
+
+// eventOut writes a worker's events, one JSON line each, flushed at once so that the nemesis
+// knows what the worker is doing. It is safe for concurrent use.
+type eventOut struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+	id int
+}
+
+func (o *eventOut) emit(e nemEvent) {
+	e.W = o.id
+	b, _ := json.Marshal(e)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.w.Write(b)
+	o.w.WriteByte('\n')
+	o.w.Flush()
+}
+
+// readEvents reads a worker's events until r ends, handing each to fn.
+func readEvents(r io.Reader, fn func(nemEvent)) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e nemEvent
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.K != "" {
+			fn(e)
+		}
+	}
+}
+
+// oneLine keeps an error text to one line for the report.
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " | ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}

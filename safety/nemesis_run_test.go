@@ -1,0 +1,192 @@
+package safety
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/internal/testserver"
+)
+
+// nemesisRun is one run of the nemesis against one backend.
+type nemesisRun struct {
+	Seed     uint64
+	Workers  int
+	Threads  int
+	Names    int
+	Duration time.Duration
+	Broken   map[int]string // worker → broken modes (see brokenModes)
+	// Faults replaces the faults drawn from the seed, for the broken-worker runs.
+	Faults func(r *rand.Rand, d time.Duration) []faultPlan
+}
+
+// nemesisHarness is the state of a run in progress.
+type nemesisHarness struct {
+	run     nemesisRun
+	c       *nemesisCluster
+	proxies [][]*testserver.Proxy // [worker][server]
+	names   []string
+	start   time.Time
+
+	mu     sync.Mutex // guards everything below
+	events []nemEvent
+	states map[int]map[int]string // worker → thread → state
+	pids   map[int]int            // worker → pid, while it runs
+	faults []faultRecord
+	pauses map[int][]interval
+	noTTL  map[string]bool
+	exits  []string
+	busy   map[string]bool // fault targets in use
+}
+
+// runNemesis runs r against c and returns what it recorded.
+func runNemesis(t *testing.T, c *nemesisCluster, r nemesisRun) *nemesisHistory {
+	t.Helper()
+	h := &nemesisHarness{run: r, c: c, states: map[int]map[int]string{}, pids: map[int]int{}, pauses: map[int][]interval{},
+		noTTL: map[string]bool{}, busy: map[string]bool{}}
+	seeds := rand.New(rand.NewPCG(r.Seed, 0x6e656d65736973))
+	for i := range r.Names {
+		h.names = append(h.names, fmt.Sprintf("nem-%d-%d", r.Seed%100000, i))
+	}
+	store := &nemesisStore{}
+	url, stopStore, err := store.serve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopStore()
+	h.proxies = make([][]*testserver.Proxy, r.Workers)
+	for w := range r.Workers {
+		for _, target := range c.targets {
+			h.proxies[w] = append(h.proxies[w], testserver.StartProxy(t, target))
+		}
+	}
+	var faults []faultPlan
+	if r.Faults != nil {
+		faults = r.Faults(rand.New(rand.NewPCG(seeds.Uint64(), 1)), r.Duration)
+	} else {
+		faults = planFaults(rand.New(rand.NewPCG(seeds.Uint64(), 1)), r.Duration, c.can)
+	}
+	groups := []string{fmt.Sprintf("group-%d-a", r.Seed), fmt.Sprintf("group-%d-b", r.Seed)}
+
+	h.start = time.Now()
+	until := h.start.Add(r.Duration)
+	var workers sync.WaitGroup
+	for w := range r.Workers {
+		var addrs []string
+		for _, p := range h.proxies[w] {
+			addrs = append(addrs, p.Addr)
+		}
+		cfg := nemesisWorkerConfig{ID: w, Seed: seeds.Uint64(), Backend: c.kind, Addrs: addrs, Session: c.session, Store: url,
+			Names: h.names, Groups: groups, Threads: r.Threads, Until: until.UnixNano(), MinTTL: c.minTTL, MaxTTL: c.maxTTL, Broken: r.Broken[w]}
+		if err := h.spawn(&workers, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	scanned := make(chan struct{})
+	go func() { defer close(scanned); h.scanKeys(ctx) }()
+	h.inject(faults, until)
+	h.waitWorkers(&workers, 90*time.Second)
+	cancel()
+	<-scanned
+	h.recordNoTTL(c.keysWithoutTTL(context.Background()))
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return &nemesisHistory{Backend: c.kind, Events: h.events, Writes: store.writes(), Faults: h.faults, Pauses: h.pauses,
+		NoTTL: slices.Sorted(mapKeys(h.noTTL)), Exits: h.exits}
+}
+
+// spawn starts one worker process; it dies with the test binary (testserver.StartChild).
+func (h *nemesisHarness) spawn(wg *sync.WaitGroup, cfg nemesisWorkerConfig) error {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), nemesisWorkerEnv+"="+string(b))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := testserver.StartChild(cmd); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.pids[cfg.ID] = cmd.Process.Pid
+	h.states[cfg.ID] = map[int]string{}
+	h.mu.Unlock()
+	wg.Go(func() {
+		readEvents(stdout, h.record)
+		err := cmd.Wait()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		delete(h.pids, cfg.ID)
+		if err != nil {
+			h.exits = append(h.exits, fmt.Sprintf("worker %d: %v: %s", cfg.ID, err, oneLine(strings.TrimSpace(stderr.String()))))
+		}
+	})
+	return nil
+}
+
+func (h *nemesisHarness) record(e nemEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e.K == "state" {
+		h.states[e.W][e.Th] = e.State
+		return
+	}
+	h.events = append(h.events, e)
+}
+
+// waitWorkers waits for the workers to finish, and kills those still running after limit.
+func (h *nemesisHarness) waitWorkers(wg *sync.WaitGroup, limit time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return
+	case <-time.After(limit):
+	}
+	h.mu.Lock()
+	for w, pid := range h.pids {
+		h.exits = append(h.exits, fmt.Sprintf("worker %d still running %v after the run: killed", w, limit))
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	h.mu.Unlock()
+	<-done
+}
+
+// scanKeys looks for Redis keys without a TTL every 300ms until ctx ends.
+func (h *nemesisHarness) scanKeys(ctx context.Context) {
+	if h.c.direct == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(300 * time.Millisecond):
+		}
+		h.recordNoTTL(h.c.keysWithoutTTL(ctx))
+	}
+}
+
+func (h *nemesisHarness) recordNoTTL(keys []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range keys {
+		h.noTTL[k] = true
+	}
+}

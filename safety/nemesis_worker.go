@@ -1,0 +1,347 @@
+package safety
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fencelock/fencelock"
+)
+
+// nemesisWorkerEnv carries a nemesis worker's configuration when the test binary runs as one.
+const nemesisWorkerEnv = "FENCELOCK_NEMESIS_WORKER"
+
+// A worker is the test binary run again with nemesisWorkerEnv set: it runs before the tests
+// would, and exits.
+func init() {
+	if raw := os.Getenv(nemesisWorkerEnv); raw != "" {
+		os.Exit(runNemesisWorker(raw))
+	}
+}
+
+// nemesisWorkerConfig is what a worker process is told, through its environment.
+type nemesisWorkerConfig struct {
+	ID      int           `json:"id"`
+	Seed    uint64        `json:"seed"`
+	Backend string        `json:"backend"` // redis, redlock, etcd, zk
+	Addrs   []string      `json:"addrs"`   // the worker's own proxies, one per server
+	Session time.Duration `json:"session"` // ZooKeeper's session timeout
+	Store   string        `json:"store"`
+	Names   []string      `json:"names"`
+	Groups  []string      `json:"groups"` // owner IDs shared with the other workers
+	Threads int           `json:"threads"`
+	Until   int64         `json:"until"` // Unix ns: no operation starts after it
+	MinTTL  time.Duration `json:"min_ttl"`
+	MaxTTL  time.Duration `json:"max_ttl"`
+	// Broken makes the worker misbehave on purpose, to show that the checkers fire: a
+	// comma-separated list of the modes in brokenModes.
+	Broken string `json:"broken,omitempty"`
+}
+
+// brokenModes are the deliberate faults of a broken worker, each seen by one checker.
+var brokenModes = map[string]string{
+	"unfenced":     "writes to the store unfenced (a)",
+	"fake-token":   "reports its grants with a token 10^12 below the real one (b)",
+	"ignore-valid": "writes without checking Valid() (c)",
+	"late-done":    "reports every Done as closing 3×DoneSlack after the validity deadline (d)",
+	"late-return":  "reports its calls' deadlines as their start (e)",
+	"no-ttl":       "sets a key without a TTL in Redis (f)",
+	"leak":         "leaves a goroutine running when it exits (f)",
+	"self-delete":  "deletes its own lock key behind the library's back (g)",
+	"skew-clock":   "gives the Client a clock 20ms behind (h)",
+}
+
+type nemesisWorker struct {
+	cfg    nemesisWorkerConfig
+	broken map[string]bool
+	locker *fencelock.Client
+	b      *nemesisBackend
+	out    *eventOut
+	hc     *http.Client
+	seq    atomic.Int64
+	until  time.Time
+	watch  sync.WaitGroup // the Done watchers of the lock handles
+}
+
+func runNemesisWorker(raw string) int {
+	base := goleak.IgnoreCurrent()
+	var cfg nemesisWorkerConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	w := &nemesisWorker{cfg: cfg, broken: map[string]bool{}, out: &eventOut{w: bufio.NewWriter(os.Stdout), id: cfg.ID},
+		hc: &http.Client{Timeout: 10 * time.Second}, until: time.Unix(0, cfg.Until)}
+	for _, m := range strings.Split(cfg.Broken, ",") {
+		if m != "" {
+			w.broken[m] = true
+		}
+	}
+	b, err := openNemesisBackend(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	w.b = b
+	var opts []fencelock.ClientOption
+	if w.broken["skew-clock"] {
+		opts = append(opts, fencelock.WithClock(func() time.Time { return time.Now().Add(-20 * time.Millisecond) }))
+	}
+	w.locker = fencelock.New(b.backend, opts...)
+	w.misbehave()
+
+	var wg sync.WaitGroup
+	for th := range cfg.Threads {
+		wg.Go(func() { w.thread(th) })
+	}
+	wg.Wait()
+	w.watch.Wait()
+	_ = w.locker.Close()
+	b.close()
+	w.hc.CloseIdleConnections()
+	if err := goleak.Find(base); err != nil {
+		w.out.emit(nemEvent{K: "leak", Err: oneLine(err.Error())})
+	}
+	return 0
+}
+
+// misbehave starts the broken modes that act once, at the start.
+func (w *nemesisWorker) misbehave() {
+	if w.broken["no-ttl"] && w.b.direct != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = w.b.direct.Set(ctx, fmt.Sprintf("nemesis:broken:%d", w.cfg.ID), "x", 0).Err()
+		cancel()
+	}
+	if w.broken["leak"] {
+		go func() { select {} }()
+	}
+	own := fmt.Sprintf("nem-own-%d", w.cfg.ID) // a name no other worker uses: free at once
+	if w.broken["ignore-valid"] {
+		// Hold a short lock and write for a while without looking: the nemesis stops this
+		// worker meanwhile, and others take the lock.
+		w.prologue("obtain", w.cfg.Names[0], 150*time.Millisecond, func(lock *fencelock.Lock, h int64) {
+			for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(30 * time.Millisecond) {
+				w.write(lock, h)
+			}
+		})
+	}
+	if w.broken["skew-clock"] {
+		w.prologue("try", own, time.Second, func(*fencelock.Lock, int64) {})
+	}
+	if w.broken["self-delete"] {
+		w.prologue("try", own, 3*time.Second, func(lock *fencelock.Lock, _ int64) {
+			select {
+			case <-lock.Context().Done():
+			case <-time.After(3 * time.Second):
+			}
+		})
+	}
+}
+
+// prologue is a broken worker's first step: it takes name with ttl (op: "try" or "obtain"),
+// does fn with it, and releases it.
+func (w *nemesisWorker) prologue(op, name string, ttl time.Duration, fn func(*fencelock.Lock, int64)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	lock, h := w.obtain(ctx, op, name, ttl, func(ctx context.Context) (*fencelock.Lock, error) {
+		if op == "try" {
+			return w.locker.TryObtain(ctx, name, fencelock.WithTTL(ttl))
+		}
+		return w.locker.Obtain(ctx, name, fencelock.WithTTL(ttl))
+	})
+	cancel()
+	if lock == nil {
+		return
+	}
+	w.out.emit(nemEvent{K: "state", State: "holding"})
+	fn(lock, h)
+	w.out.emit(nemEvent{K: "state", State: "releasing"})
+	w.release(lock, h, time.Second)
+	w.out.emit(nemEvent{K: "state", State: "idle"})
+}
+
+func (w *nemesisWorker) thread(th int) {
+	owners := append([]string{fmt.Sprintf("w%d-shared", w.cfg.ID)}, w.cfg.Groups...)
+	p := &planner{r: rand.New(rand.NewPCG(w.cfg.Seed, uint64(th))), names: w.cfg.Names, owners: owners, minTTL: w.cfg.MinTTL, maxTTL: w.cfg.MaxTTL}
+	for time.Now().Before(w.until) {
+		s := p.next()
+		if s.Op != "burst" {
+			w.step(th, s)
+			continue
+		}
+		// Several goroutines obtain the lock at once under one owner: each one's grant re-enters
+		// the others' hold, in whatever order the store sees them.
+		var wg sync.WaitGroup
+		for range s.Burst {
+			wg.Go(func() { w.step(th, s) })
+		}
+		wg.Wait()
+	}
+	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
+}
+
+func (w *nemesisWorker) options(s stepPlan, ttl time.Duration) []fencelock.Option {
+	opts := []fencelock.Option{fencelock.WithTTL(ttl), fencelock.WithWatchdog(s.Watchdog)}
+	if s.Renew > 0 && ttl == s.TTL {
+		opts = append(opts, fencelock.WithRenewInterval(s.Renew))
+	}
+	return opts
+}
+
+// step obtains the lock as s says, does s's actions while holding it, and releases it.
+func (w *nemesisWorker) step(th int, s stepPlan) {
+	opts := w.options(s, s.TTL)
+	if s.Owner != "" {
+		opts = append(opts, fencelock.WithOwner(s.Owner))
+	}
+	w.out.emit(nemEvent{K: "state", Th: th, State: "waiting"})
+	ctx, cancel := context.WithTimeout(context.Background(), s.Wait)
+	lock, h := w.obtain(ctx, s.Op, s.Name, s.TTL, func(ctx context.Context) (*fencelock.Lock, error) {
+		if s.Op == "try" {
+			return w.locker.TryObtain(ctx, s.Name, opts...)
+		}
+		return w.locker.Obtain(ctx, s.Name, opts...)
+	})
+	cancel()
+	if lock == nil {
+		w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
+		return
+	}
+	holding := "holding"
+	if slices.Contains(w.cfg.Groups, s.Owner) {
+		holding = "holding-shared" // an owner other workers share: see pauseWorker
+	}
+	w.out.emit(nemEvent{K: "state", Th: th, State: holding})
+	for _, a := range s.Actions {
+		if time.Now().After(w.until) {
+			break
+		}
+		w.act(lock, h, s, a)
+	}
+	w.out.emit(nemEvent{K: "state", Th: th, State: "releasing"})
+	w.release(lock, h, s.Release)
+	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
+}
+
+func (w *nemesisWorker) act(lock *fencelock.Lock, h int64, s stepPlan, a action) {
+	switch a.Kind {
+	case "write":
+		w.write(lock, h)
+	case "idle":
+		time.Sleep(a.D) // nothing polls the lock meanwhile: only its own timer can end it
+	case "refresh":
+		ctx, cancel := context.WithTimeout(context.Background(), a.D)
+		start := time.Now()
+		err := lock.Refresh(ctx, a.TTL)
+		ret := time.Now()
+		dl, _ := ctx.Deadline()
+		cancel()
+		w.out.emit(w.reported(nemEvent{K: "call", Op: "refresh", L: h, Name: s.Name, Owner: lock.Owner(), Tok: lock.Token(), TTL: a.TTL,
+			Start: start.UnixNano(), Ret: ret.UnixNano(), Dl: dl.UnixNano(), Class: errClass(err), Err: errText(err), Valid: lock.ValidUntil().UnixNano()}))
+	case "reenter":
+		ctx, cancel := context.WithTimeout(lock.Context(), a.D)
+		inner, ih := w.obtain(ctx, "reenter", s.Name, a.TTL, func(ctx context.Context) (*fencelock.Lock, error) {
+			return w.locker.Obtain(ctx, s.Name, w.options(s, a.TTL)...)
+		})
+		cancel()
+		if inner != nil {
+			w.write(inner, ih)
+			w.release(inner, ih, s.Release)
+		}
+	}
+}
+
+// obtain runs one acquisition and reports it; a granted lock gets a handle number and a
+// watcher of its Done channel.
+func (w *nemesisWorker) obtain(ctx context.Context, op, name string, ttl time.Duration, call func(context.Context) (*fencelock.Lock, error)) (*fencelock.Lock, int64) {
+	start := time.Now()
+	lock, err := call(ctx)
+	ret := time.Now()
+	dl, _ := ctx.Deadline()
+	e := nemEvent{K: "fail", Op: op, Name: name, TTL: ttl, Start: start.UnixNano(), Ret: ret.UnixNano(), Dl: dl.UnixNano(), Class: errClass(err), Err: errText(err)}
+	if err != nil {
+		w.out.emit(w.reported(e))
+		return nil, 0
+	}
+	h := w.seq.Add(1)
+	e.K, e.L, e.Owner, e.Tok, e.Count, e.Valid = "grant", h, lock.Owner(), lock.Token(), lock.HoldCount(), lock.ValidUntil().UnixNano()
+	if w.broken["fake-token"] {
+		e.Tok -= 1_000_000_000_000
+	}
+	done := lock.Context().Done()
+	w.out.emit(w.reported(e))
+	w.watch.Go(func() { w.watchDone(lock, h, done) })
+	if w.broken["self-delete"] && ttl >= spuriousMinTTL && w.b.deleteOwn != nil {
+		w.b.deleteOwn(name)
+	}
+	return lock, h
+}
+
+// reported applies the broken modes that misreport a call.
+func (w *nemesisWorker) reported(e nemEvent) nemEvent {
+	if w.broken["late-return"] {
+		e.Dl = e.Start
+	}
+	return e
+}
+
+// watchDone reports when the handle's Done channel closed and the validity deadline then.
+func (w *nemesisWorker) watchDone(lock *fencelock.Lock, h int64, done <-chan struct{}) {
+	<-done
+	at := time.Now()
+	if w.broken["late-done"] {
+		if v := lock.ValidUntil(); v.After(at) {
+			at = v
+		}
+		at = at.Add(3 * DoneSlack)
+	}
+	err := lock.Context().Err()
+	w.out.emit(nemEvent{K: "done", L: h, Name: lock.Name(), Owner: lock.Owner(), Tok: lock.Token(), Ret: at.UnixNano(), Valid: lock.ValidUntil().UnixNano(),
+		Lost: errors.Is(err, fencelock.ErrLost) && !errors.Is(err, fencelock.ErrClosed), Err: errText(err)})
+}
+
+// write makes a stamped write to the fenced store if the lock is valid right before it.
+func (w *nemesisWorker) write(lock *fencelock.Lock, h int64) {
+	t0 := time.Now()
+	if err := lock.Valid(); err != nil && !w.broken["ignore-valid"] {
+		return
+	}
+	req := nemWrite{Name: lock.Name(), Owner: lock.Owner(), Worker: w.cfg.ID, Token: lock.Token(), T0: t0.UnixNano(), Unfenced: w.broken["unfenced"]}
+	var reply nemWriteReply
+	class := "refused"
+	if err := call(context.Background(), w.hc, w.cfg.Store+"/write", req, &reply); err != nil {
+		class = "error"
+	} else if reply.Accepted {
+		class = "accepted"
+	}
+	w.out.emit(nemEvent{K: "write", L: h, Name: req.Name, Owner: req.Owner, Tok: req.Token, Start: req.T0, Ret: time.Now().UnixNano(), Class: class})
+}
+
+func (w *nemesisWorker) release(lock *fencelock.Lock, h int64, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	err := lock.Release(ctx)
+	ret := time.Now()
+	dl, _ := ctx.Deadline()
+	w.out.emit(w.reported(nemEvent{K: "call", Op: "release", L: h, Name: lock.Name(), Owner: lock.Owner(), Tok: lock.Token(),
+		Start: start.UnixNano(), Ret: ret.UnixNano(), Dl: dl.UnixNano(), Class: errClass(err), Err: errText(err)}))
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return oneLine(err.Error())
+}
