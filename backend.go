@@ -91,6 +91,11 @@ type Lease struct {
 	// to renew a lock the owner holds under another token: that is a later lock of the same
 	// owner, and a renewal sent for the earlier one must not change its TTL.
 	Token int64
+	// Refresh says the holder sets the TTL (Lock.Refresh): the store takes it even when it is
+	// shorter than what the lock has left. A watchdog renewal only ever extends the lock, so
+	// that holds of one owner in several processes, with TTLs of their own, never cut each
+	// other's short.
+	Refresh bool
 }
 
 // Grant is what a successful Acquire or AcquireQueued returns.

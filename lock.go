@@ -112,7 +112,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := s.validate(); err != nil {
 		return err
 	}
-	lease.TTL = ttl
+	lease.TTL, lease.Refresh = ttl, true
 	mine := make(chan struct{})
 	defer close(mine)
 	for !h.claim(mine) {

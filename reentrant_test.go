@@ -172,3 +172,29 @@ func TestSameOwnerConcurrentObtains(t *testing.T) {
 		})
 	}
 }
+
+// Two processes holding one lock under one owner (WithOwner) with TTLs of their own: the
+// shorter one's watchdog must not cut the lock below what the longer one was granted and
+// trusts.
+func TestSharedOwnerShorterTTLDoesNotCutTheLock(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := singleClient(t)
+	b := redisbackend.New(rdb)
+	long, short := newLocker(t, rdb), newLocker(t, rdb)
+	name := lockName(t)
+	first, err := long.Obtain(ctx, name, fencelock.WithOwner("shared"), fencelock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Release(ctx)
+	second, err := short.Obtain(ctx, name, fencelock.WithOwner("shared"), fencelock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Release(ctx)
+	time.Sleep(time.Second) // the short hold's watchdog renews every 100ms
+	pttl := rdb.PTTL(ctx, b.Key(name)).Val()
+	if left := time.Until(first.ValidUntil()); pttl < left {
+		t.Fatalf("Redis keeps the lock for %v while its longer-TTL holder trusts it for %v", pttl, left)
+	}
+}

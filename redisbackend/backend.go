@@ -333,7 +333,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	if len(leases) == 1 {
 		l := leases[0]
 		if errs[0].Err == nil {
-			errs[0].Err = renewResult(l.Name, renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL), l.Token))
+			errs[0].Err = renewResult(l.Name, renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL), l.Token, setTTL(l)))
 		}
 		return errs
 	}
@@ -341,7 +341,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	_, _ = b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, l := range leases {
 			if errs[i].Err == nil {
-				cmds[i] = renewScript.EvalSha(ctx, p, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL), l.Token)
+				cmds[i] = renewScript.EvalSha(ctx, p, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL), l.Token, setTTL(l))
 			}
 		}
 		return nil
@@ -352,11 +352,19 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 		}
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			l := leases[i]
-			cmd = renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL), l.Token)
+			cmd = renewScript.Run(ctx, b.c, []string{b.Key(l.Name)}, l.Owner, b.ttlArg(l.TTL), l.Token, setTTL(l))
 		}
 		errs[i].Err = renewResult(leases[i].Name, cmd)
 	}
 	return errs
+}
+
+// setTTL is renew.lua's ARGV[4] for l.
+func setTTL(l fencelock.Lease) string {
+	if l.Refresh {
+		return "1"
+	}
+	return "0"
 }
 
 // int64s reads a reply of at most three integers without allocating.

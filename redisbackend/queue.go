@@ -38,23 +38,61 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 	if strings.Contains(req.Hold, "@") {
 		return fencelock.Grant{}, fmt.Errorf("%w: hold ID %q contains '@'", fencelock.ErrInvalid, req.Hold)
 	}
-	life := min(req.TTL, maxEntryLife)
+	q := b.newQueueWait(req)
+	// A client that waited for this lock a moment ago is still subscribed: the waiter listens
+	// before its first attempt and needs no second one. Otherwise the first attempt goes before
+	// subscribing, so that a free lock costs one round trip and no subscription.
+	joined := b.watch.Join(q.channel, q.w)
+	if joined {
+		defer b.watch.Remove(q.channel, q.w)
+	}
+	g, sent, err := q.attempt(ctx)
+	if err != nil || g != nil {
+		return q.done(ctx, g, sent, err)
+	}
+	if joined {
+		return q.wait(ctx, nil, waitFor(q.life, q.seen.pttl))
+	}
+	ready, err := b.watch.Add(ctx, q.channel, q.w)
+	defer b.watch.Remove(q.channel, q.w)
+	if err != nil {
+		b.leave(q.keys, req) // a grant after this return would hold the lock for no one
+		return fencelock.Grant{}, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, q.channel, err)
+	}
+	return q.wait(ctx, ready, subscribeTimeout)
+}
+
+// queueWait is one AcquireQueued call: its place in line, and what it has seen and heard.
+type queueWait struct {
+	b       *Backend
+	req     fencelock.Request
+	keys    []string
+	args    []any
+	life    time.Duration // how long its place lives unless renewed
+	handed  time.Duration // how long a release hands it the lock for
+	start   time.Time
+	seen    attemptSeen
+	granted chan int64 // hand-overs announced to it: their tokens
+	w       *releasewatch.Waiter
+	channel string // where its Backend's hand-overs are announced
+}
+
+func (b *Backend) newQueueWait(req fencelock.Request) *queueWait {
+	q := &queueWait{b: b, req: req, life: min(req.TTL, maxEntryLife), start: time.Now(), granted: make(chan int64, 1)}
 	// A release hands the lock over for as long as the place in line lives, when the watchdog
 	// renews it: a waiter that died since it last renewed its place keeps the lock from the
 	// others that long at most, not for its whole TTL. A live one's first renewal, a third of
 	// that later, extends it to its TTL. Without the watchdog it gets its TTL at once.
-	handed := req.TTL
+	q.handed = req.TTL
 	if req.Renewed {
-		handed = life
+		q.handed = q.life
 	}
-	keys := b.queueKeys(req.Name)
-	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, life.Milliseconds(), b.id, handed.Milliseconds()}
-	start := time.Now()
-
+	q.keys = b.queueKeys(req.Name)
+	q.args = []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, q.life.Milliseconds(), b.id, q.handed.Milliseconds()}
+	q.seen = attemptSeen{sent: q.start}
 	member := req.Hold + "@" + req.Owner
-	granted := make(chan int64, 1)
-	w := releasewatch.NewWaiter()
-	w.Message = func(payload string) bool {
+	q.w = releasewatch.NewWaiter()
+	q.w.Message = func(payload string) bool {
 		// 'g <token> <hold id>@<owner>': a release handed the lock to that waiter of this client.
 		rest, _ := strings.CutPrefix(payload, "g ")
 		tok, who, _ := strings.Cut(rest, " ")
@@ -63,79 +101,62 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 		}
 		if t, err := strconv.ParseInt(tok, 10, 64); err == nil {
 			select {
-			case granted <- t:
+			case q.granted <- t:
 			default:
 			}
 		}
 		return true
 	}
-	channel := b.Key(req.Name) + ":g:" + b.id
-	// A client that waited for this lock a moment ago is still subscribed: the waiter listens
-	// before its first attempt and needs no second one. Otherwise the first attempt goes before
-	// subscribing, so that a free lock costs one round trip and no subscription.
-	joined := b.watch.Join(channel, w)
-	if joined {
-		defer b.watch.Remove(channel, w)
-	}
-	// seen is the latest attempt that found the caller waiting: when it was sent, and the last
-	// token the lock had then.
-	seen := attemptSeen{sent: start}
-	g, sent, err := b.queueAttempt(ctx, req, keys, args, &seen)
-	if err != nil || g != nil {
-		if err != nil && !errors.Is(err, fencelock.ErrInvalid) {
-			b.leave(keys, req) // the attempt may have put it in line
-		}
-		return b.queued(ctx, req, g, start, sent, err)
-	}
+	q.channel = b.Key(req.Name) + ":g:" + b.id
+	return q
+}
 
-	var subscribed <-chan struct{}
-	if !joined {
-		ready, err := b.watch.Add(ctx, channel, w)
-		defer b.watch.Remove(channel, w)
-		if err != nil {
-			b.leave(keys, req) // a grant after this return would hold the lock for no one
-			return fencelock.Grant{}, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, channel, err)
-		}
-		subscribed = ready
-	}
-	next := subscribeTimeout
-	if joined {
-		next = waitFor(life, seen.pttl)
-	}
+// wait waits in line, attempting again when a release may have freed the lock, when its place
+// needs renewing, or when subscribed fires (no hand-over can pass unseen from then on).
+func (q *queueWait) wait(ctx context.Context, subscribed <-chan struct{}, next time.Duration) (fencelock.Grant, error) {
 	timer := time.NewTimer(next)
 	defer timer.Stop()
 	for {
 		select {
-		case t := <-granted:
-			if g := seen.handover(t, handed); g != nil {
-				return b.queued(ctx, req, g, start, seen.sent, nil)
+		case t := <-q.granted:
+			if g := q.seen.handover(t, q.handed); g != nil {
+				return q.b.queued(ctx, q.req, g, q.start, q.seen.sent, nil)
 			}
 			continue
 		case <-subscribed:
-			// Attempt again now that no grant can pass unseen.
 			subscribed = nil
-		case <-w.Wake:
+		case <-q.w.Wake:
 		case <-timer.C:
 		case <-ctx.Done():
-			b.leave(keys, req)
+			q.b.leave(q.keys, q.req)
 			return fencelock.Grant{}, ctx.Err()
 		}
 		select {
-		case t := <-granted:
-			if g := seen.handover(t, handed); g != nil {
-				return b.queued(ctx, req, g, start, seen.sent, nil)
+		case t := <-q.granted:
+			if g := q.seen.handover(t, q.handed); g != nil {
+				return q.b.queued(ctx, q.req, g, q.start, q.seen.sent, nil)
 			}
 		default:
 		}
-		g, sent, err = b.queueAttempt(ctx, req, keys, args, &seen)
+		g, sent, err := q.attempt(ctx)
 		if err != nil || g != nil {
-			if err != nil {
-				b.leave(keys, req)
-			}
-			return b.queued(ctx, req, g, start, sent, err)
+			return q.done(ctx, g, sent, err)
 		}
-		timer.Reset(waitFor(life, seen.pttl))
+		timer.Reset(waitFor(q.life, q.seen.pttl))
 	}
+}
+
+// done finishes a call whose attempt sent at sent granted g or failed with err. An attempt
+// that failed may have put the waiter in line.
+func (q *queueWait) done(ctx context.Context, g *fencelock.Grant, sent time.Time, err error) (fencelock.Grant, error) {
+	if err != nil && !errors.Is(err, fencelock.ErrInvalid) {
+		q.b.leave(q.keys, q.req)
+	}
+	return q.b.queued(ctx, q.req, g, q.start, sent, err)
+}
+
+func (q *queueWait) attempt(ctx context.Context) (*fencelock.Grant, time.Time, error) {
+	return q.b.queueAttempt(ctx, q.req, q.keys, q.args, &q.seen)
 }
 
 // attemptSeen is what the latest attempt that found a waiter in line saw.
@@ -199,7 +220,7 @@ func (b *Backend) queued(ctx context.Context, req fencelock.Request, g *fenceloc
 	}
 	g.Elapsed = sent.Sub(start)
 	if b.replicas > 0 {
-		reply, acked, err := b.replicated(ctx, renewScript, renewSrc, []string{b.Key(req.Name)}, []any{req.Owner, b.ttlArg(req.TTL), g.Token})
+		reply, acked, err := b.replicated(ctx, renewScript, renewSrc, []string{b.Key(req.Name)}, []any{req.Owner, b.ttlArg(req.TTL), g.Token, "0"})
 		if err != nil {
 			return fencelock.Grant{}, b.failed(req, err)
 		}

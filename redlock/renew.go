@@ -69,7 +69,11 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	args := make([][]any, len(live))
 	for k, j := range live {
 		keys[k] = []string{b.Key(leases[j].Name)}
-		args[k] = []any{leases[j].Owner, leases[j].TTL.Milliseconds()}
+		set := "0"
+		if leases[j].Refresh {
+			set = "1"
+		}
+		args[k] = []any{leases[j].Owner, leases[j].TTL.Milliseconds(), set}
 	}
 
 	start := time.Now()
@@ -102,7 +106,17 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	elapsed := time.Since(start)
 	timedOut := b.timedOut(ctx, pending)
 
-	retake := make(map[int][]int) // node → indexes into live of the leases to take back there
+	if retake := b.renewed(ctx, live, leases, tallies, elapsed, timedOut, out); len(retake) > 0 {
+		b.retake(ctx, retake, live, leases, tallies, timeout)
+	}
+	return out
+}
+
+// renewed sets each lease's outcome in out from its tally, and returns the leases to take
+// back on the nodes that lost them: node → indexes into live.
+func (b *Backend) renewed(ctx context.Context, live []int, leases []fencelock.Lease, tallies []renewTally, elapsed time.Duration, timedOut []*NodeError, out []fencelock.Renewal) map[int][]int {
+	n, q := len(b.nodes), b.quorum
+	retake := make(map[int][]int)
 	for k, j := range live {
 		t, l := &tallies[k], leases[j]
 		switch {
@@ -123,10 +137,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 			out[j].Err = &QuorumError{Op: "renew", Name: l.Name, Granted: t.ok, Needed: q, Nodes: append(t.failed, timedOut...)}
 		}
 	}
-	if len(retake) > 0 {
-		b.retake(ctx, retake, live, leases, tallies, timeout)
-	}
-	return out
+	return retake
 }
 
 // renewable returns the leases of a batch that can be sent, setting the error of the others

@@ -39,8 +39,12 @@ func transient(err error) bool {
 	case zk.ErrNoServer, zk.ErrConnectionClosed, zk.ErrSessionExpired, zk.ErrClosing, zk.ErrSessionMoved, zk.ErrNothing:
 		return true
 	}
+	if errors.Is(err, net.ErrClosed) {
+		return true // a request written as the connection went down
+	}
 	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	var op *net.OpError
+	return (errors.As(err, &ne) && ne.Timeout()) || errors.As(err, &op)
 }
 
 // ambiguous reports whether a create that failed with err may have made its node anyway: the

@@ -124,8 +124,10 @@ func openStore(raw string) (*store, error) {
 		if root := strings.TrimRight(u.Path, "/"); root != "" {
 			opts = append(opts, zkbackend.WithRoot(root))
 		}
-		s.zk, s.backend = conn, zkbackend.New(conn, opts...)
-		s.close = func() error { conn.Close(); return nil }
+		zb := zkbackend.New(conn, opts...)
+		s.zk, s.backend = conn, zb
+		// The Backend first finishes what it owes (a release cut short by a disconnect).
+		s.close = func() error { err := zb.Close(); conn.Close(); return err }
 	case "redlock":
 		if u.Host == "" {
 			return nil, exitf(exitUsage, "backend URL %s: want redlock://host:port,host:port,host:port (an odd number, at least 3)", s.url)

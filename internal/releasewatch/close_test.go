@@ -35,7 +35,7 @@ func TestCloseIsFinal(t *testing.T) {
 	s.Remove("a", w) // lingering when Close comes
 
 	s.Close()
-	if left := ownGoroutines(); left != "" {
+	if left := goroutinesAfterClose(); left != "" {
 		t.Fatalf("goroutines left when Close returned:\n%s", left)
 	}
 	ready, err = s.Add(ctx, "a", w)
@@ -50,7 +50,7 @@ func TestCloseIsFinal(t *testing.T) {
 	}
 	s.Remove("a", w)
 	s.Close() // again: nothing to do
-	if left := ownGoroutines(); left != "" {
+	if left := goroutinesAfterClose(); left != "" {
 		t.Fatalf("goroutines started after Close:\n%s", left)
 	}
 	for _, ch := range []string{"a", "b"} {
@@ -92,7 +92,7 @@ func TestCloseWhileTheServerIsStopped(t *testing.T) {
 			closed := make(chan struct{})
 			go func() { s.Close(); close(closed) }()
 			await(t, closed, 20*time.Second, "Close while the server is stopped")
-			if left := ownGoroutines(); left != "" {
+			if left := goroutinesAfterClose(); left != "" {
 				t.Fatalf("goroutines left when Close returned:\n%s", left)
 			}
 		})

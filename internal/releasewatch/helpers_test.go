@@ -42,6 +42,17 @@ func ownGoroutines() string {
 	return strings.Join(own, "\n\n")
 }
 
+// goroutinesAfterClose returns the package's goroutines still there shortly after Close
+// returned. An owner has done its last work when Close returns (its WaitGroup's Done is its
+// last deferred call) but may take a moment more to leave the stack.
+func goroutinesAfterClose() string {
+	left := ownGoroutines()
+	for deadline := time.Now().Add(time.Second); left != "" && time.Now().Before(deadline); left = ownGoroutines() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return left
+}
+
 // numSub returns how many connections the server counts as subscribed to channel.
 func numSub(ctx context.Context, c redis.UniversalClient, channel string, sharded bool) (int64, error) {
 	if sharded {
