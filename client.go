@@ -215,7 +215,9 @@ func (c *Client) undo(lease Lease, hold string) {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
 		defer cancel()
 		var err error
-		for wait := time.Duration(0); ; wait = min(max(2*wait, 10*time.Millisecond), time.Second) {
+		// A few tries, spaced out: a store that cannot be reached now is often busy, and a
+		// flood of clean-up would keep it so. What is left expires with its TTL.
+		for _, wait := range undoWaits {
 			if !pause(ctx, wait) {
 				if err == nil {
 					err = context.Cause(ctx)
@@ -234,6 +236,9 @@ func (c *Client) undo(lease Lease, hold string) {
 		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err})
 	}()
 }
+
+// undoWaits are the pauses before each try of an undo.
+var undoWaits = [...]time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond}
 
 // pause waits d, and reports false when ctx ends first.
 func pause(ctx context.Context, d time.Duration) bool {

@@ -25,10 +25,18 @@
 //
 // The holder's side of the bargain is lock.Context(): it ends the moment the lock can no
 // longer be trusted — its key vanished or changed owner, or the validity deadline passed
-// without a confirmed renewal. The deadline is measured on the monotonic clock from the moment
-// the acquire was sent, minus a drift allowance (1% of the TTL plus 2ms), and Context().Err(),
-// Context().Done() and Lock.Valid read the clock when called: a process resuming from a pause
-// sees the loss on its first check, before any timer fires.
+// without a confirmed renewal — and context.Cause says which. The deadline is measured on the
+// monotonic clock from the send of the request that made the grant (or of the last confirmed
+// renewal), plus the time the store keeps the lock from then, minus a drift allowance (1% of
+// that time plus 2ms). Each hold arms a timer for its deadline, so Done closes by itself; and
+// Context().Err(), Context().Done() and Lock.Valid read the clock when called: a process
+// resuming from a pause sees the loss on its first check, before any timer fires.
+//
+// # Deadlines
+//
+// Every call returns by its context's deadline plus a small slack (100 ms at most in the
+// tests; see the README for the store client's part). Clean-up that must outlive a call runs in
+// the background, bounded by WithCleanupTimeout, and Close waits for it.
 //
 // # Reentrancy
 //
@@ -39,7 +47,9 @@
 //
 // # Goroutines
 //
-// A Client runs one renewal goroutine for all its locks, from its first lock until Close.
-// Waiting in Obtain runs in the caller's goroutine; release notifications come through one
-// subscription per Client (per slot on Redis Cluster) that ends when the last waiter stops.
+// A Client runs one watchdog goroutine that renews all its locks, from its first lock until
+// Close, and a goroutine per piece of background clean-up. Waiting in Obtain runs in the
+// caller's goroutine. How a waiter hears of a release is the backend's: the Redis backends share
+// one subscription connection per Backend (per slot on Redis Cluster); etcd and ZooKeeper watch
+// the key or node just ahead in line.
 package fencelock

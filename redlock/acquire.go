@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -66,6 +67,11 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		return fencelock.Grant{}, err
 	}
 	defer b.ops.Done()
+	done, err := b.turns.take(ctx, req.Name, req.Owner)
+	if err != nil {
+		return fencelock.Grant{}, ctxErr("acquire", req.Name, err)
+	}
+	defer done()
 	timeout := b.timeout(req.TTL)
 	if err := b.identify(ctx, timeout); err != nil {
 		return fencelock.Grant{}, err
@@ -79,17 +85,17 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	n, q := len(b.nodes), b.quorum
 	switch {
 	case ctx.Err() != nil:
-		b.undo(ctx, req, fl, r.mayHold(), timeout)
+		b.undo(ctx, req, r.mayHold(), timeout)
 		return fencelock.Grant{}, ctxErr("acquire", req.Name, ctx.Err())
 	case r.granted < q && len(r.failed) > n-q:
-		b.undo(ctx, req, fl, r.mayHold(), timeout)
+		b.undo(ctx, req, r.mayHold(), timeout)
 		return fencelock.Grant{}, &QuorumError{Op: "acquire", Name: req.Name, Granted: r.granted, Needed: q, Nodes: r.failed}
 	case r.granted < q:
-		b.undo(ctx, req, fl, r.mayHold(), timeout)
+		b.undo(ctx, req, r.mayHold(), timeout)
 		return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Remaining: b.heldRemaining(r)}
 	}
 	if elapsed := time.Since(start); late(elapsed, req.TTL) {
-		b.undo(ctx, req, fl, r.mayHold(), timeout)
+		b.undo(ctx, req, r.mayHold(), timeout)
 		return fencelock.Grant{}, fmt.Errorf("%w: %q: a majority granted it after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
 	}
 
@@ -99,7 +105,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	case token == 0:
 		var err error
 		if token, err = b.fence(ctx, req, r, timeout); err != nil {
-			b.undo(ctx, req, b.flights.get(req.Name, req.Owner), b.all, timeout)
+			b.undo(ctx, req, b.all, timeout)
 			return fencelock.Grant{}, err
 		}
 		count = 1
@@ -107,7 +113,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		b.writeBack(ctx, req, a, timeout)
 	}
 	if elapsed := time.Since(start); late(elapsed, req.TTL) {
-		b.undo(ctx, req, b.flights.get(req.Name, req.Owner), b.all, timeout)
+		b.undo(ctx, req, b.all, timeout)
 		return fencelock.Grant{}, fmt.Errorf("%w: %q: the token was written after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
 	}
 	return fencelock.Grant{Token: token, Count: count, Validity: req.TTL, Elapsed: start.Sub(called)}, nil
@@ -379,20 +385,37 @@ func (b *Backend) writeBack(ctx context.Context, req fencelock.Request, a agreem
 	}, func(reply[struct{}]) bool { return false })
 }
 
-// undo releases the hold of a failed acquisition on the nodes idx, on a fresh context bounded
-// by the node timeout, and waits until they answered or the timeout passed. On each node it
-// waits first for the call of fl there: the acquire call, or the token write after it.
-func (b *Backend) undo(ctx context.Context, req fencelock.Request, fl *flight, idx []int, timeout time.Duration) {
+// undo releases the hold of a failed acquisition on the nodes idx, in the background, so that
+// Acquire returns by its deadline. The undo is a flight of the owner's own, recorded before
+// Acquire returns: on each node it waits for the owner's flight before it (the acquire call,
+// or a token write after it), and the owner's next acquisition waits for it there, so the
+// undo can never take a hold that acquisition made. Each call is bounded by the node timeout
+// and nodeLinger; Close waits for them.
+func (b *Backend) undo(ctx context.Context, req fencelock.Request, idx []int, timeout time.Duration) {
 	if len(idx) == 0 {
 		return
 	}
-	ctx, cancel := cleanupContext(ctx, timeout)
-	defer cancel()
-	keys := []string{b.Key(req.Name)}
-	fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
-		if err := fl.wait(ctx, nd.i); err != nil {
-			return struct{}{}, err
+	uf, prev := b.flights.start(req.Name, req.Owner, len(b.nodes))
+	mine := make([]bool, len(b.nodes))
+	for _, i := range idx {
+		mine[i] = true
+	}
+	ctx, cancel := cleanupContext(ctx, max(timeout, nodeLinger))
+	b.calls.Add(1) // within Acquire's operation, so before Close waits for calls
+	go func() {
+		defer b.calls.Done()
+		defer cancel()
+		keys := []string{b.Key(req.Name)}
+		var wg sync.WaitGroup
+		for _, nd := range b.nodes {
+			wg.Go(func() {
+				defer b.flights.land(req.Name, req.Owner, uf, nd.i)
+				if prev.wait(ctx, nd.i) != nil || !mine[nd.i] {
+					return
+				}
+				_ = releaseScript.Run(ctx, nd.c, keys, req.Owner, req.Hold, nd.publish).Err()
+			})
 		}
-		return struct{}{}, releaseScript.Run(ctx, nd.c, keys, req.Owner, req.Hold, nd.publish).Err()
-	}, func(reply[struct{}]) bool { return false })
+		wg.Wait()
+	}()
 }

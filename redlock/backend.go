@@ -39,6 +39,7 @@ type Backend struct {
 	calls     sync.WaitGroup // node calls in flight, also those an operation stopped waiting for
 	workers   *workers       // run the node calls
 	flights   flights        // acquire calls that may still run after their Acquire returned
+	turns     turns          // one owner's acquisitions of one lock, one at a time
 
 	lastProposal atomic.Int64 // the last token proposed (see propose)
 }
@@ -307,10 +308,14 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 	start := time.Now()
 	ch := make(chan reply[T], len(idx)) // buffered: a straggler never blocks
 	// One context bounds every node's call: the calls start together, and one timer is
-	// cheaper than one per node. The last call to return cancels it.
+	// cheaper than one per node. The last call to return cancels it. A call runs on for a
+	// while after the fan-out stopped waiting for it (the node timeout passed, or ctx ended):
+	// a call cancelled mid-reply costs go-redis its connection, and under load the handshakes
+	// of new connections made the next calls miss the node timeout in turn, so that no call
+	// got through. Close waits for the calls.
 	nctx, cancel := ctx, context.CancelFunc(func() {})
 	if timeout > 0 {
-		nctx, cancel = context.WithTimeout(ctx, timeout)
+		nctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), max(timeout, nodeLinger))
 	}
 	calls := &pendingCalls{cancel: cancel}
 	calls.left.Store(int32(len(idx)))
@@ -326,7 +331,7 @@ func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Dura
 				switch {
 				case ctx.Err() != nil:
 					err = ctx.Err()
-				case nctx.Err() != nil:
+				case nctx.Err() != nil || time.Since(start) >= timeout:
 					err = ErrNodeTimeout
 				default:
 					err = classifyOnce(err)
@@ -392,6 +397,9 @@ const (
 	decide waiting = false // not at all
 	read   waiting = true  // a grace for the other nodes
 )
+
+// nodeLinger is how long a node call may run on after its fan-out stopped waiting for it.
+const nodeLinger = 500 * time.Millisecond
 
 // graceMin is the least a read waits for the other nodes once its outcome is decided.
 const graceMin = 2 * time.Millisecond

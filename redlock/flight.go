@@ -76,3 +76,49 @@ func (f *flight) wait(ctx context.Context, i int) error {
 		return ctx.Err()
 	}
 }
+
+// turns lets one owner's acquisitions of one lock through a Backend one at a time. Two that
+// ran together could each find no lock of the owner's on a majority, each run a token round,
+// and each make the lock anew with its own token — the later ending the earlier's hold, a lock
+// its holder had just been handed. One after the other, the second finds the first's lock and
+// re-enters it.
+type turns struct {
+	mu sync.Mutex
+	m  map[flightKey]*turn
+}
+
+type turn struct {
+	ch    chan struct{} // holds a value while an acquisition has the turn
+	users int           // acquisitions holding or waiting for the turn; guarded by turns.mu
+}
+
+// take waits for the owner's turn on the lock, or for ctx to end, and returns what gives the
+// turn back.
+func (ts *turns) take(ctx context.Context, name, owner string) (func(), error) {
+	k := flightKey{name, owner}
+	ts.mu.Lock()
+	if ts.m == nil {
+		ts.m = make(map[flightKey]*turn)
+	}
+	t := ts.m[k]
+	if t == nil {
+		t = &turn{ch: make(chan struct{}, 1)}
+		ts.m[k] = t
+	}
+	t.users++
+	ts.mu.Unlock()
+	leave := func() {
+		ts.mu.Lock()
+		if t.users--; t.users == 0 {
+			delete(ts.m, k)
+		}
+		ts.mu.Unlock()
+	}
+	select {
+	case t.ch <- struct{}{}:
+		return func() { <-t.ch; leave() }, nil
+	case <-ctx.Done():
+		leave()
+		return nil, ctx.Err()
+	}
+}

@@ -35,7 +35,14 @@ type identity struct {
 	last time.Time  // when the last check ran
 }
 
-const identifyEvery = time.Second
+// identifyEvery spaces the checks of nodes not seen yet; identifyTimeout is the least a check
+// waits for a node's answer, whatever the caller's node timeout: an INFO on a connection that
+// is still being dialled can take longer than the 15 ms a 150 ms lock allows a node, and a node
+// not seen does not count, so a check cut that short would keep every node out.
+const (
+	identifyEvery   = 100 * time.Millisecond
+	identifyTimeout = 250 * time.Millisecond
+)
 
 func (id *identity) failed() error {
 	if err, ok := id.dup.Load().(error); ok {
@@ -72,7 +79,7 @@ func (b *Backend) identify(ctx context.Context, timeout time.Duration) error {
 			missing = append(missing, i)
 		}
 	}
-	fanOut(ctx, b, missing, timeout, decide, func(ctx context.Context, nd *node) ([]string, error) {
+	fanOut(ctx, b, missing, max(timeout, identifyTimeout), decide, func(ctx context.Context, nd *node) ([]string, error) {
 		return runIDs(ctx, nd)
 	}, func(r reply[[]string]) bool {
 		if r.err == nil && len(r.v) > 0 {

@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redlock"
 )
 
 // The first call asks every node for its run_id, and the calls that come meanwhile wait for
@@ -70,4 +73,40 @@ func TestRenewalDoesNotCountAnUnidentifiedNode(t *testing.T) {
 		// ErrInvalid once a check has asked the alias and found the shared run_id.
 		t.Fatalf("renewal: %v, want ErrUnavailable or ErrInvalid", r[0].Err)
 	}
+}
+
+// With the default node timeout, a first acquisition with a short TTL allows each node 15 ms:
+// less than a busy server, a slow link or a cold connection may take to answer the check that
+// no two nodes are one server. A node not seen does not count, so a check cut that short kept
+// every node out of the majority, and every acquisition failed until a check a second later.
+func TestFirstShortAcquisitionLetsTheNodesIn(t *testing.T) {
+	servers, addrs := startNodes(t, 3)
+	b := redlock.New(dial(t, addrs, func(o *redis.Options) { o.ContextTimeoutEnabled = true }))
+	t.Cleanup(func() { _ = b.Close() })
+	c := newLocker(t, b)
+	ctx := ctxTimeout(t, 10*time.Second)
+	for _, s := range servers { // busy for 100 ms, as the first acquisition comes
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.AfterFunc(100*time.Millisecond, func() {
+		for _, s := range servers {
+			_ = s.Resume()
+		}
+	})
+	if l, err := c.TryObtain(ctx, t.Name()+":short", fencelock.WithTTL(150*time.Millisecond)); err == nil {
+		_ = l.Release(ctx)
+	} // it may miss its own 15 ms per node: what matters is what comes next
+	time.Sleep(150 * time.Millisecond)
+	var errs []error
+	for end := time.Now().Add(600 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		l, err := c.TryObtain(ctx, t.Name()+":next", fencelock.WithTTL(2*time.Second))
+		if err == nil {
+			_ = l.Release(ctx)
+			return
+		}
+		errs = append(errs, err)
+	}
+	t.Fatalf("%d acquisitions failed in the 600 ms after the servers answered again, the last: %v", len(errs), errs[len(errs)-1])
 }

@@ -2,8 +2,10 @@ package redlock_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -297,6 +299,50 @@ func TestTokenRoundWaitsForTheAcquireOnItsNode(t *testing.T) {
 	for i, tok := range tokens {
 		if tok != g.Token {
 			t.Fatalf("node %d keeps token %d, the lock's is %d (all: %v)", i, tok, g.Token, tokens)
+		}
+	}
+}
+
+// Two goroutines of one owner obtaining a lock at once, when the first acquisition needs a
+// token round (the fence counters are ahead of the proposal): each could find no lock of the
+// owner's, run a round, and make the lock anew with its own token, the later ending the
+// earlier's hold just handed out. Both must hold one lock, with one token.
+func TestSameOwnerAcquisitionsAtOnceShareOneLock(t *testing.T) {
+	ctx := ctxTimeout(t, 60*time.Second)
+	_, as := startNodes(t, 3)
+	direct := dial(t, as)
+	b := newBackend(t, dial(t, as))
+	c := newLocker(t, b)
+	for round := range 30 {
+		name := fmt.Sprint("at-once-", round)
+		ahead := time.Now().UnixMicro() + 1e12
+		for _, d := range direct {
+			if err := d.(*redis.Client).Set(ctx, b.Key(name)+":fence", ahead, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var locks [2]*fencelock.Lock
+		var errs [2]error
+		var wg sync.WaitGroup
+		for i := range locks {
+			wg.Go(func() { locks[i], errs[i] = c.TryObtain(ctx, name, fencelock.WithOwner("shared")) })
+		}
+		wg.Wait()
+		for i, l := range locks {
+			if errs[i] != nil {
+				t.Fatalf("round %d: %v", round, errs[i])
+			}
+			if err := l.Valid(); err != nil {
+				t.Fatalf("round %d: a lock just handed out is lost: %v", round, err)
+			}
+		}
+		if locks[0].Token() != locks[1].Token() {
+			t.Fatalf("round %d: one owner's holds of one lock carry tokens %d and %d", round, locks[0].Token(), locks[1].Token())
+		}
+		for _, l := range locks {
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
