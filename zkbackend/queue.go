@@ -13,8 +13,9 @@ import (
 
 // leaveGrace is how long a waiter whose context ended still waits for the deletion of its
 // node, so that it leaves nothing in line when the server answers at once; past it, the
-// deletion is owed (owed.go), and the call returns.
-const leaveGrace = 100 * time.Millisecond
+// deletion is owed (owed.go), and the call returns. It is a small part of the 100 ms a call
+// may take past its deadline (README, "Deadlines").
+const leaveGrace = 25 * time.Millisecond
 
 // await holds the lock once n is first in line. Queued, it waits for that, watching only the
 // node just ahead of n, so that a release wakes one waiter, not the whole line. Not queued, it
