@@ -92,10 +92,12 @@ type Lease struct {
 	// owner, and a renewal sent for the earlier one must not change its TTL.
 	Token int64
 	// Refresh says the holder sets the TTL (Lock.Refresh): the store takes it even when it is
-	// shorter than what the lock has left. A watchdog renewal only ever extends the lock, so
-	// that holds of one owner in several processes, with TTLs of their own, never cut each
-	// other's short.
+	// shorter than what the lock has left — unless the lock has more holds than Holds, the
+	// holds the caller has of it: then another Client holds it under the same owner, and a
+	// shorter TTL would cut that holder's lock short. A watchdog renewal only ever extends the
+	// lock, for the same reason.
 	Refresh bool
+	Holds   int
 }
 
 // Grant is what a successful Acquire or AcquireQueued returns.

@@ -145,7 +145,7 @@ func (h *hold) setDeadline(d time.Time) {
 func (h *hold) lease() Lease {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return Lease{Name: h.name, Owner: h.owner, TTL: h.ttl, Token: h.token}
+	return Lease{Name: h.name, Owner: h.owner, TTL: h.ttl, Token: h.token, Holds: h.refs}
 }
 
 // claim makes ch the renewal in flight, if none is and the hold is live. The store sees one

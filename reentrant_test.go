@@ -198,3 +198,34 @@ func TestSharedOwnerShorterTTLDoesNotCutTheLock(t *testing.T) {
 		t.Fatalf("Redis keeps the lock for %v while its longer-TTL holder trusts it for %v", pttl, left)
 	}
 }
+
+// The same with Refresh: one process refreshing its hold of a shared owner's lock to a shorter
+// TTL must not cut the lock below what the other process was granted and trusts. A caller
+// that has every hold of the lock still shortens it (TestRefreshShorterMovesDeadline).
+func TestSharedOwnerRefreshShorterDoesNotCutTheLock(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := singleClient(t)
+	b := redisbackend.New(rdb)
+	long, short := newLocker(t, rdb), newLocker(t, rdb)
+	name := lockName(t)
+	first, err := long.Obtain(ctx, name, fencelock.WithOwner("shared"), fencelock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Release(ctx)
+	second, err := short.Obtain(ctx, name, fencelock.WithOwner("shared"), fencelock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Refresh(ctx, 150*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	pttl := rdb.PTTL(ctx, b.Key(name)).Val()
+	if left := time.Until(first.ValidUntil()); pttl < left {
+		t.Fatalf("Redis keeps the lock for %v while its other holder trusts it for %v", pttl, left)
+	}
+}

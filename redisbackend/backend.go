@@ -359,12 +359,12 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	return errs
 }
 
-// setTTL is renew.lua's ARGV[4] for l.
-func setTTL(l fencelock.Lease) string {
+// setTTL is renew.lua's ARGV[4] for l: the caller's holds when it sets the TTL, 0 to extend.
+func setTTL(l fencelock.Lease) int {
 	if l.Refresh {
-		return "1"
+		return max(l.Holds, 1)
 	}
-	return "0"
+	return 0
 }
 
 // int64s reads a reply of at most three integers without allocating.

@@ -69,9 +69,9 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	args := make([][]any, len(live))
 	for k, j := range live {
 		keys[k] = []string{b.Key(leases[j].Name)}
-		set := "0"
+		set := 0 // extend only
 		if leases[j].Refresh {
-			set = "1"
+			set = max(leases[j].Holds, 1)
 		}
 		args[k] = []any{leases[j].Owner, leases[j].TTL.Milliseconds(), set}
 	}

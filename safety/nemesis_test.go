@@ -13,16 +13,20 @@ import (
 	"time"
 )
 
-// nemesisBackends are the backends the nemesis runs against.
+// nemesisBackends are the backends the nemesis runs against. Long ones run in the long suite
+// only: five Redis servers and four race-instrumented workers on a 2-core machine leave
+// Redlock's node calls short of their 50 ms often enough that a 10 s run can end with next to
+// no grant, which tests nothing.
 var nemesisBackends = []struct {
 	name  string
 	start func(t *testing.T) *nemesisCluster
+	long  bool
 }{
-	{"redis", func(t *testing.T) *nemesisCluster { return startRedisNemesis(t, 1) }},
-	{"redlock-3", func(t *testing.T) *nemesisCluster { return startRedisNemesis(t, 3) }},
-	{"redlock-5", func(t *testing.T) *nemesisCluster { return startRedisNemesis(t, 5) }},
-	{"etcd", startEtcdNemesis},
-	{"zookeeper", startZKNemesis},
+	{"redis", func(t *testing.T) *nemesisCluster { return startRedisNemesis(t, 1) }, false},
+	{"redlock-3", func(t *testing.T) *nemesisCluster { return startRedisNemesis(t, 3) }, false},
+	{"redlock-5", func(t *testing.T) *nemesisCluster { return startRedisNemesis(t, 5) }, true},
+	{"etcd", startEtcdNemesis, false},
+	{"zookeeper", startZKNemesis, false},
 }
 
 // nemesisShape is the size of a standard run: the regression seeds replay with it.
@@ -80,6 +84,9 @@ func TestNemesis(t *testing.T) {
 	var rows []nemesisRow
 	for _, b := range nemesisBackends {
 		t.Run(b.name, func(t *testing.T) {
+			if b.long && !full && os.Getenv("FENCELOCK_NEMESIS_SEED") == "" {
+				t.Skip("long suite only (FENCELOCK_SAFETY_FULL=1)")
+			}
 			c := b.start(t)
 			for _, seed := range seeds {
 				row := runNemesisChecked(t, b.name, c, nemesisShape(seed, d))
