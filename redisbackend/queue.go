@@ -238,12 +238,15 @@ func (b *Backend) queued(ctx context.Context, req fencelock.Request, g *fenceloc
 }
 
 // leave takes the caller out of line, in the background: the caller's context may be what
-// ended the wait, and the call returns by its deadline. A grant that raced with the leaving is
-// undone by the Client's clean-up (a release). A leave that fails leaves a place that lapses
-// within min(TTL, 5s), like a dead waiter's.
+// ended the wait, and the call returns by its deadline. Then it releases the caller's hold, in
+// case a release handed the lock over before the caller left: once out of line no hand-over
+// can reach it, so that order leaves no lock held for no one. A leave that fails leaves a
+// place that lapses within min(TTL, 5s), like a dead waiter's.
 func (b *Backend) leave(keys []string, req fencelock.Request) {
 	b.bg.later(func(ctx context.Context) {
-		_ = leaveScript.Run(ctx, b.c, keys[2:], req.Owner, req.Hold).Err()
+		if leaveScript.Run(ctx, b.c, keys[2:], req.Owner, req.Hold).Err() == nil {
+			_, _ = b.release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
+		}
 	})
 }
 

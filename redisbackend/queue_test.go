@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -441,5 +442,65 @@ func TestHandOverWithReplicas(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// heldLeaves holds back every leave (the script on a line and its entries) until gate closes.
+type heldLeaves struct {
+	*redis.Client
+	gate chan struct{}
+}
+
+func (c *heldLeaves) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if len(keys) == 2 && strings.HasSuffix(keys[0], ":q") {
+		<-c.gate
+	}
+	return c.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+// A waiter whose context ends leaves the line in the background. A release that hands it the
+// lock before it has left must not leave the lock held for no one until the hand-over lapses.
+func TestHandoverToADepartedWaiterIsUndone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	b := redisbackend.New(rdb)
+	holder, other := fencelock.New(b), fencelock.New(redisbackend.New(rdb))
+	defer holder.Close()
+	defer other.Close()
+	const name = "departed"
+	first, err := holder.Obtain(ctx, name, fencelock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &heldLeaves{Client: rdb, gate: make(chan struct{})}
+	wb := redisbackend.New(slow)
+	waiter := fencelock.New(wb)
+	defer waiter.Close()
+	defer wb.Close()
+	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer stop()
+	if _, err := waiter.Obtain(short, name, fencelock.WithTTL(10*time.Second)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the waiter's Obtain: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond) // the waiter's clean-up ran; its leave is held back
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := b.Inspect(ctx, name); !info.Held {
+		t.Fatal("the release handed the lock to no one: the test proves nothing")
+	}
+	close(slow.gate)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		l, err := other.TryObtain(ctx, name)
+		if err == nil {
+			_ = l.Release(ctx)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lock handed to a waiter that had given up is still held: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

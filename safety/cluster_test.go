@@ -157,10 +157,17 @@ func (f *failoverRounds) round(ctx context.Context, t *testing.T, name string) {
 		}
 		defer func() { _ = a.Release(ctx) }()
 	case errors.Is(err, fencelock.ErrUnavailable):
-		// The master granted the lock (its fence counter moved) and took it back.
-		info, ierr := f.keys.Inspect(ctx, name)
-		if ierr != nil {
-			t.Fatal(ierr)
+		// The master granted the lock (its fence counter moved) and the Client takes it back,
+		// in the background.
+		var info fencelock.Info
+		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			var ierr error
+			if info, ierr = f.keys.Inspect(ctx, name); ierr != nil {
+				t.Fatal(ierr)
+			}
+			if !info.Held || time.Now().After(deadline) {
+				break
+			}
 		}
 		if info.Held || info.Token <= before.Token {
 			t.Fatalf("the acquire failed (%v) but was not granted and undone: held %v, fence counter %d -> %d", err, info.Held, before.Token, info.Token)
