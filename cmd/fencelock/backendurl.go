@@ -51,8 +51,7 @@ func openStore(raw string) (*store, error) {
 		}
 		opts.ContextTimeoutEnabled = true
 		c := redis.NewClient(opts)
-		s.redis, s.close = c, c.Close
-		s.backend = redisbackend.New(c)
+		s.useRedis(c)
 	case "redis+sentinel":
 		hosts, rest := u.Host, strings.Trim(u.Path, "/")
 		parts := strings.Split(rest, "/")
@@ -73,16 +72,14 @@ func openStore(raw string) (*store, error) {
 			MasterName: parts[0], SentinelAddrs: strings.Split(hosts, ","), Password: pass, DB: db,
 			ContextTimeoutEnabled: true,
 		})
-		s.redis, s.close = c, c.Close
-		s.backend = redisbackend.New(c)
+		s.useRedis(c)
 	case "redis+cluster":
 		if u.Host == "" {
 			return nil, exitf(exitUsage, "backend URL %s: want redis+cluster://host:port[,host:port]", s.url)
 		}
 		pass, _ := u.User.Password()
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(u.Host, ","), Password: pass, ContextTimeoutEnabled: true})
-		s.redis, s.close = c, c.Close
-		s.backend = redisbackend.New(c)
+		s.useRedis(c)
 	case "etcd", "etcds":
 		if u.Host == "" {
 			return nil, exitf(exitUsage, "backend URL %s: want etcd://host:port[,host:port]", s.url)
@@ -184,6 +181,18 @@ func (s *store) ping(ctx context.Context) error {
 		return exitf(exitFailure, "backend %s does not answer: %v", s.url, err)
 	}
 	return nil
+}
+
+// useRedis makes c the store's client and a Backend over it. Closing the store closes the
+// Backend first, which waits for its clean-up in the background (a waiter's leaving the line),
+// then the client under it.
+func (s *store) useRedis(c redis.UniversalClient) {
+	b := redisbackend.New(c)
+	s.redis, s.backend = c, b
+	s.close = func() error {
+		_ = b.Close()
+		return c.Close()
+	}
 }
 
 // pingZK waits for the ZooKeeper connection to have a session, within ctx.
