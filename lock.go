@@ -122,6 +122,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		if cause != nil {
 			return cause
 		}
+		if busy == nil {
+			continue // it ended between the claim and the look
+		}
 		select {
 		case <-busy:
 		case <-ctx.Done():

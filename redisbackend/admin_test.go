@@ -67,3 +67,35 @@ func TestListAndForceRelease(t *testing.T) {
 		})
 	}
 }
+
+// Close is final: every call after it fails with an error matching fencelock.ErrClosed, and
+// none reaches the server.
+func TestCloseIsFinal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	b := redisbackend.New(rdb)
+	req := fencelock.Request{Name: "closed", Owner: "o", TTL: time.Second}
+	if _, err := b.Acquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]error{}
+	_, calls["Acquire"] = b.Acquire(ctx, req)
+	_, calls["AcquireQueued"] = b.AcquireQueued(ctx, req)
+	calls["Renew"] = b.Renew(ctx, []fencelock.Lease{{Name: "closed", Owner: "o", TTL: time.Second}})[0].Err
+	_, calls["Release"] = b.Release(ctx, fencelock.Lease{Name: "closed", Owner: "o", TTL: time.Second}, "")
+	_, calls["Inspect"] = b.Inspect(ctx, "closed")
+	_, calls["List"] = b.List(ctx, "")
+	_, _, calls["WatchRelease"] = b.WatchRelease(ctx, "closed")
+	for name, err := range calls {
+		if !errors.Is(err, fencelock.ErrClosed) {
+			t.Errorf("%s after Close: %v, want an error matching ErrClosed", name, err)
+		}
+	}
+	if pttl := rdb.PTTL(ctx, b.Key("closed")).Val(); pttl <= 0 || pttl > time.Second {
+		t.Errorf("a call after Close reached the server: PTTL %v", pttl)
+	}
+}
