@@ -80,7 +80,7 @@ func openNemesisBackend(cfg nemesisWorkerConfig) (*nemesisBackend, error) {
 			return nil, err
 		}
 		zb := zkbackend.New(conn, zkbackend.WithSessionTimeout(cfg.Session))
-		return &nemesisBackend{backend: zb, close: conn.Close}, nil
+		return &nemesisBackend{backend: zb, close: func() { _ = zb.Close(); conn.Close() }}, nil
 	}
 	return nil, errors.New("safety: unknown nemesis backend " + cfg.Backend)
 }
