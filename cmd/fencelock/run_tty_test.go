@@ -116,7 +116,10 @@ func TestRunTerminalSuspend(t *testing.T) {
 	dir := t.TempDir()
 	tm := startTerminal(t, append(env, "PS1=$ ", "TERM=dumb"), "bash", "--norc", "--noprofile", "-i")
 	at := tm.expect(t, 0, "$ ")
-	tm.send(t, fmt.Sprintf("%s run --ttl 1s suspended -- sh -c 'while :; do date +%%s%%N >> %s/first; sleep 0.02; done'\n", binary, dir))
+	// The command is bash, not sh: dash starts commands with vfork, and a Ctrl-Z that stops
+	// the vforked child before its exec leaves dash waiting for it, unstoppable, so the job
+	// never stops (in a terminal without run too).
+	tm.send(t, fmt.Sprintf("%s run --ttl 1s suspended -- bash -c 'while :; do date +%%s%%N >> %s/first; sleep 0.02; done'\n", binary, dir))
 	waitHeld(t, r, "suspended")
 	waitFile(t, dir+"/first") // the command runs
 	tm.send(t, "\x1a")        // Ctrl-Z

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestSentinelFailover(t *testing.T) {
@@ -20,8 +22,15 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatalf("CurrentMaster = %s, want the initial master %s", cur, s.Master.Addr)
 	}
 	fc := s.ClientT(t)
-	if err := fc.Set(ctx, "before", "1", 0).Err(); err != nil {
-		t.Fatal(err)
+	// Replication is asynchronous and a forced failover does not wait for it: the write
+	// waits for the replica (WAIT counts its own connection's writes, hence one pipeline).
+	var acked *redis.Cmd
+	if _, err := fc.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "before", "1", 0)
+		acked = p.Do(ctx, "WAIT", 1, 5000)
+		return nil
+	}); err != nil || acked.Val() != int64(1) {
+		t.Fatalf("SET before and WAIT for the replica = %v, %v", acked.Val(), err)
 	}
 
 	// Two failovers: the second proves the demoted master rejoined as a
@@ -78,8 +87,15 @@ func TestSentinelFailoverAfterMasterKilled(t *testing.T) {
 	s := StartSentinel(t)
 	ctx := context.Background()
 	fc := s.ClientT(t)
-	if err := fc.Set(ctx, "before", "1", 0).Err(); err != nil {
-		t.Fatal(err)
+	// Replication is asynchronous and a forced failover does not wait for it: the write
+	// waits for the replica (WAIT counts its own connection's writes, hence one pipeline).
+	var acked *redis.Cmd
+	if _, err := fc.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "before", "1", 0)
+		acked = p.Do(ctx, "WAIT", 1, 5000)
+		return nil
+	}); err != nil || acked.Val() != int64(1) {
+		t.Fatalf("SET before and WAIT for the replica = %v, %v", acked.Val(), err)
 	}
 	// Replication is asynchronous: without WAIT the kill can beat the write to the replica.
 	if n, err := fc.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
