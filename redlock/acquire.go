@@ -104,11 +104,10 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	switch {
 	case token == 0:
 		var err error
-		if token, err = b.fence(ctx, req, r, timeout); err != nil {
+		if token, count, err = b.fence(ctx, req, r, r.ownerLockGone(q), timeout); err != nil {
 			b.undo(ctx, req, b.all, timeout)
 			return fencelock.Grant{}, err
 		}
-		count = 1
 	case len(a.others) > 0:
 		b.writeBack(ctx, req, a, timeout)
 	}
@@ -166,6 +165,19 @@ func (b *Backend) acquireRound(ctx context.Context, req fencelock.Request, propo
 		return len(r.failed) > n-q || r.held > n-q || r.settled(q, unknown, proposal)
 	})
 	return r, pending
+}
+
+// ownerLockGone reports whether a majority answered that the owner's lock from before this
+// acquisition was not there: they granted it as a first hold, or another owner holds it. Holds
+// of that lock left on other nodes then belong to a lock that was lost.
+func (r *acquireRound) ownerLockGone(q int) bool {
+	gone := 0
+	for i, rep := range r.replies {
+		if r.answered[i] && (!rep.granted || rep.count == 1) {
+			gone++
+		}
+	}
+	return gone >= q
 }
 
 // mayHold returns the nodes that may hold the acquisition's hold now: all but those that said
@@ -284,12 +296,15 @@ func (b *Backend) heldRemaining(r *acquireRound) time.Duration {
 	return pttls[k-1]
 }
 
-// fence makes a new fencing token and writes it back to a majority. The candidate is above
-// every counter and token the acquire round read, and at least the greatest server clock read
-// then; a round that meets a counter at or beyond it takes that counter plus one and writes
-// again. Each write waits, on its node, for the acquisition's acquire call there (the owner's
-// flight before it), so that the lock exists there when the write records the token in it.
-func (b *Backend) fence(ctx context.Context, req fencelock.Request, r *acquireRound, timeout time.Duration) (int64, error) {
+// fence makes a new fencing token and writes it back to a majority, and returns it with the
+// hold count a majority keeps. The candidate is above every counter and token the acquire
+// round read, and at least the greatest server clock read then; a round that meets a counter
+// at or beyond it takes that counter plus one and writes again. Each write waits, on its node,
+// for the acquisition's acquire call there (the owner's flight before it), so that the lock
+// exists there when the write records the token in it. anew: the owner's lock from before was
+// not on a majority, and its holds go (see fence.lua); otherwise they stay, since they may be
+// live holds of the same owner in another process.
+func (b *Backend) fence(ctx context.Context, req fencelock.Request, r *acquireRound, anew bool, timeout time.Duration) (int64, int, error) {
 	var token int64
 	for i, rep := range r.replies {
 		if r.answered[i] {
@@ -305,71 +320,85 @@ func (b *Backend) fence(ctx context.Context, req fencelock.Request, r *acquireRo
 	var last *QuorumError
 	for range fenceRounds {
 		arg := strconv.FormatInt(token, 10)
-		var written, conflicts int
+		var counts []int
+		var conflicts int
 		var beyond int64
 		var failed []*NodeError
 		// The writes are a flight of their own, which the owner's later calls on the lock wait
 		// for node by node: a write that lands after them would take a hold they made.
 		wf, prev := b.flights.start(req.Name, req.Owner, n)
-		pending := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (int64, error) {
+		pending := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (tokenWrite, error) {
 			defer b.flights.land(req.Name, req.Owner, wf, nd.i)
 			if err := prev.wait(ctx, nd.i); err != nil {
-				return 0, err
+				return tokenWrite{}, err
 			}
-			return writeToken(ctx, nd, keys, req, arg, retention)
-		}, func(rep reply[int64]) bool {
+			return writeToken(ctx, nd, keys, req, arg, retention, anew)
+		}, func(rep reply[tokenWrite]) bool {
 			switch {
 			case rep.err != nil:
 				failed = append(failed, b.nodeErr(rep.node, rep.err))
 				return len(failed) > n-q
-			case rep.v >= 0:
+			case !rep.v.written:
 				conflicts++
-				beyond = max(beyond, rep.v)
+				beyond = max(beyond, rep.v.beyond)
 				return true
 			}
-			written++
-			return written >= q
+			counts = append(counts, rep.v.count)
+			return len(counts) >= q
 		})
 		if ctx.Err() != nil {
-			return 0, ctxErr("acquire", req.Name, ctx.Err())
+			return 0, 0, ctxErr("acquire", req.Name, ctx.Err())
 		}
 		if conflicts > 0 {
 			token = max(token, beyond) + 1
 			continue
 		}
-		if written >= q {
-			return token, nil
+		if len(counts) >= q {
+			slices.SortFunc(counts, func(x, y int) int { return y - x })
+			return token, max(counts[q-1], 1), nil
 		}
-		last = &QuorumError{Op: "token", Name: req.Name, Granted: written, Needed: q, Nodes: append(failed, b.timedOut(ctx, pending)...)}
+		last = &QuorumError{Op: "token", Name: req.Name, Granted: len(counts), Needed: q, Nodes: append(failed, b.timedOut(ctx, pending)...)}
 		break
 	}
 	if last == nil {
-		return 0, fmt.Errorf("%w: redlock: token %q: fence counters kept moving ahead of the candidate for %d rounds", fencelock.ErrUnavailable, req.Name, fenceRounds)
+		return 0, 0, fmt.Errorf("%w: redlock: token %q: fence counters kept moving ahead of the candidate for %d rounds", fencelock.ErrUnavailable, req.Name, fenceRounds)
 	}
-	return 0, last
+	return 0, 0, last
 }
 
-// writeToken runs fence.lua on one node: -1 when the counter now holds the token, else the
-// counter that was at or beyond it.
-func writeToken(ctx context.Context, nd *node, keys []string, req fencelock.Request, token string, retention int64) (int64, error) {
-	v, err := fenceScript.Run(ctx, nd.c, keys, req.Owner, token, retention, req.Hold).Int64Slice()
+// tokenWrite is one node's answer to fence.lua.
+type tokenWrite struct {
+	written bool
+	count   int   // written: the owner's hold count on the node, 0 when it does not hold it there
+	beyond  int64 // not written: the counter that was at or beyond the token
+}
+
+// writeToken runs fence.lua on one node. anew drops the holds of the owner's lock there other
+// than req's (see fence.lua).
+func writeToken(ctx context.Context, nd *node, keys []string, req fencelock.Request, token string, retention int64, anew bool) (tokenWrite, error) {
+	drop := "0"
+	if anew {
+		drop = "1"
+	}
+	v, err := fenceScript.Run(ctx, nd.c, keys, req.Owner, token, retention, req.Hold, drop).Int64Slice()
 	if err != nil {
-		return 0, err
+		return tokenWrite{}, err
 	}
 	if len(v) != 2 {
-		return 0, fmt.Errorf("%w: unexpected token reply %v", fencelock.ErrUnavailable, v)
+		return tokenWrite{}, fmt.Errorf("%w: unexpected token reply %v", fencelock.ErrUnavailable, v)
 	}
 	if v[0] == 1 {
-		return -1, nil
+		return tokenWrite{written: true, count: int(v[1])}, nil
 	}
-	return v[1], nil
+	return tokenWrite{beyond: v[1]}, nil
 }
 
 // writeBack makes the granting nodes that disagree with the majority's token carry it, so that
 // every node names the lock alike (Inspect, a renewal's take-back and a later reentrant grant
 // read it): a lock kept from before takes its token (record.lua); one whose token is this
-// acquisition's proposal takes it as a new lock, as a token round writes it. It is best
-// effort: the token stands on the majority.
+// acquisition's proposal takes it as a new lock, with this hold alone: a majority granted it as
+// a first hold, so holds there from before belong to a lock that was not on a majority. It is
+// best effort: the token stands on the majority.
 func (b *Backend) writeBack(ctx context.Context, req fencelock.Request, a agreement, timeout time.Duration) {
 	ctx, cancel := cleanupContext(ctx, timeout)
 	defer cancel()
@@ -380,7 +409,7 @@ func (b *Backend) writeBack(ctx context.Context, req fencelock.Request, a agreem
 		if a.kept {
 			return struct{}{}, recordScript.Run(ctx, nd.c, keys, req.Owner, arg, retention).Err()
 		}
-		_, err := writeToken(ctx, nd, keys, req, arg, retention)
+		_, err := writeToken(ctx, nd, keys, req, arg, retention, true)
 		return struct{}{}, err
 	}, func(reply[struct{}]) bool { return false })
 }

@@ -96,9 +96,15 @@
 // the owner's old lock, other owners may take the lock on the other nodes with greater tokens,
 // and that node would grant the owner's next acquisition as a second hold of the old one. When
 // the nodes disagree, the acquisition waits for the others as long as they could still make a
-// majority for one token; failing that, it is a first acquisition: a new token (by the
-// proposal or a token round), a new lock whose one hold is this one, and the nodes that kept
-// the owner's old lock drop its holds.
+// majority for one token; failing that, it takes a new token (by the proposal or a token
+// round). When a majority answered without the owner's lock from before (they granted a first
+// hold, or another owner holds it), that lock was lost, and the nodes that kept it drop its
+// holds. Otherwise its holds stay, under the new token: they may be live holds of the same
+// owner in another process, on a majority this acquisition could not confirm (a node that
+// answered late). A process holding one of them keeps the old token, so its fenced writes are
+// refused from then on, but no other owner takes the lock while those holds last. Likewise, a
+// release deletes the lock on a node that still keeps it for the owner only once a majority
+// answered that it is free.
 //
 // What this guarantees: no two acquisitions get a majority to store the same token (two
 // majorities share a node, and the second write there finds the counter at the token already),

@@ -17,8 +17,9 @@ import (
 // holds: the quorum-th greatest count among the nodes. It is ErrNotHeld when a majority says
 // the owner does not hold the lock, and a *QuorumError when fewer than a majority answered.
 //
-// When the lock is free by the majority but a node still keeps it for the owner (a node that
-// took the key back after a restart keeps no hold IDs), that node's key is deleted too.
+// When a majority answered that the lock is free but a node still keeps it for the owner (a
+// node that took the key back after a restart keeps no hold IDs), that node's key is deleted
+// too.
 func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
@@ -31,7 +32,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	n, q := len(b.nodes), b.quorum
 	keys := []string{b.Key(lease.Name)}
 	counts := make([]int, n)
-	var answered, notHeld int
+	var answered, notHeld, freed int // freed: nodes that answered the owner holds no hold there
 	var failed []*NodeError
 	fl := b.flights.get(lease.Name, lease.Owner)
 	tail := &releaseTail{kept: make([]bool, n)}
@@ -55,6 +56,9 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 		if r.v < 0 {
 			notHeld++
 		}
+		if r.v <= 0 {
+			freed++
+		}
 		// Decided once the nodes still to answer cannot change the outcome: usually at the
 		// majority, since the nodes agree. They disagree while another client of the same
 		// owner re-enters the lock, and then Release waits for more of them. The rest go on
@@ -72,7 +76,9 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	sorted := slices.Clone(counts)
 	slices.SortFunc(sorted, func(a, b int) int { return b - a })
 	left := max(sorted[q-1], 0)
-	if stale := tail.decide(left == 0); len(stale) > 0 {
+	// Free only when a majority said so: a node that failed may keep holds of the same owner's
+	// other processes, which must not be dropped from the node that has them.
+	if stale := tail.decide(freed >= q); len(stale) > 0 {
 		b.drop(ctx, lease.Name, lease.Owner, stale, timeout)
 	}
 	return left, nil

@@ -259,12 +259,17 @@ func TestReentrantGrantWithoutAnAgreedToken(t *testing.T) {
 			t.Fatalf("node %d keeps token %d, the lock's is %d", i, tok, inner.Token)
 		}
 	}
-	// A new token is a new lock: its one hold is this acquisition's.
-	if inner.Count != 1 {
-		t.Fatalf("hold count %d of a new lock, want 1", inner.Count)
+	// The lock was on every node: its hold from before stays, as it may be a live hold of the
+	// owner's in another process (TestTokenRoundKeepsTheHoldsOfAnotherProcess).
+	if inner.Count != 2 {
+		t.Fatalf("hold count %d, want 2: the hold from before and this one", inner.Count)
 	}
-	if left, err := b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, "h2"); err != nil || left != 0 {
-		t.Fatalf("release: %d left, %v", left, err)
+	lease := fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}
+	if left, err := b.Release(ctx, lease, "h2"); err != nil || left != 1 {
+		t.Fatalf("release of the second hold: %d left, %v; want 1", left, err)
+	}
+	if left, err := b.Release(ctx, lease, "h1"); err != nil || left != 0 {
+		t.Fatalf("release of the first hold: %d left, %v; want 0", left, err)
 	}
 }
 
@@ -344,5 +349,69 @@ func TestSameOwnerAcquisitionsAtOnceShareOneLock(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// One owner's holds in two processes are one lock. When a reentrant acquisition in one of them
+// cannot confirm the lock's token on a majority (a node answers late, another lacks the lock),
+// its token round gives the lock a new token, but the other process's hold is still live: it
+// must stay in the lock, or the first process's release deletes the lock under it and another
+// owner takes it while that hold is valid.
+func TestTokenRoundKeepsTheHoldsOfAnotherProcess(t *testing.T) {
+	ctx := ctxTimeout(t, 60*time.Second)
+	_, as := startNodes(t, 3)
+	var proxies [2][]*testserver.Proxy
+	var lockers [2]*fencelock.Client
+	for p := range proxies {
+		via := make([]string, len(as))
+		for i, a := range as {
+			proxies[p] = append(proxies[p], testserver.StartProxy(t, a))
+			via[i] = proxies[p][i].Addr
+		}
+		lockers[p] = newLocker(t, newBackend(t, dial(t, via, noRetries), redlock.WithNodeTimeout(200*time.Millisecond)))
+	}
+	z := newLocker(t, newBackend(t, dial(t, as)))
+	name := "shared-owner"
+	for _, c := range append(lockers[:], z) {
+		if _, err := c.Inspect(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := []fencelock.Option{fencelock.WithOwner("shared"), fencelock.WithTTL(30 * time.Second), fencelock.WithWatchdog(false)}
+
+	proxies[0][2].Cut() // the first process holds the lock on nodes 0 and 1
+	long, err := lockers[0].TryObtain(ctx, name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The second process re-enters with node 1 cut off: node 0 grants a second hold of the
+	// lock, node 2 a fresh one; no token is confirmed and a round makes one.
+	proxies[1][1].Cut()
+	short, err := lockers[1].TryObtain(ctx, name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if short.Token() <= long.Token() {
+		t.Fatalf("the re-entry's token %d is not above the lock's %d", short.Token(), long.Token())
+	}
+	if err := short.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for p := range proxies {
+		for _, px := range proxies[p] {
+			px.Restore()
+		}
+	}
+	if err := long.Valid(); err != nil {
+		t.Fatalf("the first process's hold: %v", err)
+	}
+	other, err := z.TryObtain(ctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithWatchdog(false))
+	var held *fencelock.HeldError
+	if !errors.As(err, &held) {
+		if err == nil {
+			_ = other.Release(ctx)
+		}
+		t.Fatalf("another owner's TryObtain while the first process's hold is valid for %v more: %v, want a HeldError",
+			time.Until(long.ValidUntil()).Round(time.Millisecond), err)
 	}
 }

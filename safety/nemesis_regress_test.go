@@ -51,10 +51,14 @@ var nemesisRegressions = []struct {
 		"redlock-3", 744835912, 10 * time.Second, "g: 1"},
 	{"ZooKeeper: a waiter whose context ended waited 100 ms more for its node's deletion",
 		"zookeeper", 986265924, 10 * time.Second, "e: 4"},
+	{"Redlock: a re-entry under an owner shared across processes made the lock anew and dropped the other process's holds; a third owner took it while they were trusted for minutes",
+		"redlock-3", 916826416, 40 * time.Second, "c: 9"},
+	{"Redlock: the same, and a release that heard one node only deleted the lock where another process's holds were",
+		"redlock-3", 320838142, 40 * time.Second, "c: 1, g: 1; replay: c: 2"},
 }
 
-// The seeds of the holes the nemesis found, each replayed for 20 s: in the long suite, or with
-// FENCELOCK_NEMESIS_REGRESSION=1 (4 minutes together, too long for the short suite).
+// The seeds of the holes the nemesis found, each replayed for 10 to 40 s: in the long suite, or with
+// FENCELOCK_NEMESIS_REGRESSION=1 (5 minutes together, too long for the short suite).
 func TestNemesisRegression(t *testing.T) {
 	if ok, _ := strconv.ParseBool(os.Getenv("FENCELOCK_NEMESIS_REGRESSION")); !ok && !full {
 		t.Skip("long suite only (FENCELOCK_SAFETY_FULL=1), or FENCELOCK_NEMESIS_REGRESSION=1")
