@@ -194,6 +194,23 @@ func (h *hold) renewed(sent time.Time, ttl, validity time.Duration, refresh bool
 	return h.renewAt, true
 }
 
+// mayHaveShortened lowers the deadline after a Refresh to ttl, sent at sent, whose outcome is
+// unknown: the store may have set the shorter TTL, so the lock is trusted no longer than that
+// Refresh confirmed would be, until a renewal is confirmed. It returns when the watchdog
+// should renew next, and false when the deadline did not move.
+func (h *hold) mayHaveShortened(sent time.Time, ttl time.Duration) (renewAt time.Time, moved bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d := sent.Add(ttl - drift(ttl))
+	if h.phase != live || !d.Before(h.deadline) {
+		return time.Time{}, false
+	}
+	h.setDeadline(d)
+	now := h.c.now()
+	h.renewAt = now.Add(max(d.Sub(now)/2, 0))
+	return h.renewAt, true
+}
+
 // retrySoon schedules the next renewal after one whose outcome is unknown: soon, while the
 // deadline leaves time.
 func (h *hold) retrySoon() {

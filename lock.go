@@ -95,7 +95,9 @@ func (l *Lock) ValidUntil() time.Time {
 // shorter or longer than before, and the validity deadline to ttl from when the refresh was
 // sent; later watchdog renewals use the new TTL. It is how a holder with the watchdog off keeps
 // the lock. A watchdog renewal on its way is waited for first, within ctx, so that it cannot
-// undo the refresh. Refresh returns by ctx's deadline.
+// undo the refresh. Refresh returns by ctx's deadline. When its outcome is unknown (an error
+// that does not match ErrNotHeld), the store may have set ttl all the same: the deadline then
+// moves to ttl from the send if that is earlier, until a renewal is confirmed.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := l.Valid(); err != nil {
 		return err
@@ -150,6 +152,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		h.lose(err)
 		return err
 	default:
+		if renewAt, moved := h.mayHaveShortened(sent, ttl); moved {
+			l.c.dog.rescheduled(h, renewAt)
+		}
 		return err
 	}
 }

@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
 )
 
@@ -148,3 +151,52 @@ func (b *releaseTTLs) Release(ctx context.Context, lease fencelock.Lease, hold s
 }
 
 var _ = errors.Is
+
+// A Refresh to a shorter TTL whose answer does not come in time may still have been applied:
+// the lock must then be trusted no longer than the shorter TTL from the send, since the store
+// may let it go that soon.
+func TestRefreshShorterWithoutAnswerMovesDeadline(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	server := testserver.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: server.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, other := newLocker(t, rdb), newLocker(t, server.ClientT(t))
+	name := lockName(t)
+	lock, err := c.Obtain(ctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithWatchdog(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	if err := lock.Refresh(ctx, 10*time.Second); err != nil { // the renewal script is loaded
+		t.Fatal(err)
+	}
+	// A script keeps the server busy for 400 ms while the Refresh is sent: the server runs the
+	// Refresh after the caller has given up.
+	busy := make(chan error, 1)
+	go func() {
+		busy <- server.ClientT(t).Eval(ctx, `local t = redis.call('TIME'); local stop = t[1] * 1000000 + t[2] + 400000
+			repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
+			return 1`, nil).Err()
+	}()
+	time.Sleep(50 * time.Millisecond)
+	sent := time.Now()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = lock.Refresh(short, 400*time.Millisecond)
+	cancel()
+	if e := <-busy; e != nil {
+		t.Fatal(e)
+	}
+	if err == nil {
+		t.Fatal("Refresh answered by a server busy for 400 ms")
+	}
+	var taken *fencelock.Lock
+	waitFor(t, 5*time.Second, "the refresh never reached Redis", func() bool {
+		taken, err = other.TryObtain(ctx, name)
+		return err == nil
+	})
+	defer taken.Release(ctx)
+	if err := lock.Valid(); err == nil {
+		t.Fatalf("after a Refresh(400ms) without an answer, the lock reports itself valid for %v more (%v after the send) while another client holds it",
+			time.Until(lock.ValidUntil()).Round(time.Millisecond), time.Since(sent).Round(time.Millisecond))
+	}
+}
