@@ -17,6 +17,9 @@ type nemesisHistory struct {
 	Pauses  map[int][]interval // per worker: its SIGSTOPs, each extended by pauseGrace
 	NoTTL   []string           // Redis keys seen without a TTL
 	Exits   []string           // workers that failed or had to be killed
+	// Upstream: workers ended by the race detector for go-zookeeper's own race alone
+	// (upstreamZKRace), which docs/SAFETY.md names; reported, not a finding
+	Upstream []string
 }
 
 // faultRecord is one fault as the nemesis carried it out.

@@ -66,3 +66,28 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 		}
 	}
 }
+
+// Only go-zookeeper's own race on Conn.lastZxid is set apart from the workers' failures.
+func TestUpstreamZKRace(t *testing.T) {
+	report := func(first, second string) string {
+		return "==================\nWARNING: DATA RACE\nWrite at 0x00c000198780 by goroutine 349:\n  " + first +
+			"\n      /root/go/pkg/mod/github.com/go-zookeeper/zk@v1.0.4/conn.go:849 +0x68c\n\nPrevious read at 0x00c000198780 by goroutine 120:\n  " + second +
+			"\n      /root/go/pkg/mod/github.com/go-zookeeper/zk@v1.0.4/conn.go:614 +0x4f2\n\nGoroutine 349 (running) created at:\n  github.com/go-zookeeper/zk.(*Conn).loop()\n==================\n"
+	}
+	upstream := report("github.com/go-zookeeper/zk.(*Conn).recvLoop()", "github.com/go-zookeeper/zk.(*Conn).sendSetWatches()")
+	for _, tc := range []struct {
+		name   string
+		stderr string
+		want   bool
+	}{
+		{"go-zookeeper's race", upstream, true},
+		{"the same race twice", upstream + upstream, true},
+		{"no race", "panic: boom", false},
+		{"a race of ours", report("github.com/go-zookeeper/zk.(*Conn).recvLoop()", "github.com/fencelock/fencelock/zkbackend.(*Backend).settle()"), false},
+		{"ours beside it", upstream + report("github.com/fencelock/fencelock/zkbackend.(*Backend).settle()", "github.com/fencelock/fencelock/zkbackend.(*Backend).claim()"), false},
+	} {
+		if got := upstreamZKRace(tc.stderr); got != tc.want {
+			t.Errorf("%s: upstreamZKRace = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

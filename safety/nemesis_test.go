@@ -111,6 +111,9 @@ func runNemesisChecked(t *testing.T, backend string, c *nemesisCluster, r nemesi
 	v := h.check()
 	t.Logf("seed %d: %d grants, %d calls, %d writes (%d refused), %d locks lost, %d faults, %d believed-valid overlaps after a data loss",
 		r.Seed, v.Grants, v.Calls, v.Writes, v.Refused, v.Lost, v.Faults, v.Named)
+	for _, u := range h.Upstream {
+		t.Logf("seed %d: %s (named in docs/SAFETY.md)", r.Seed, u)
+	}
 	if v.Grants == 0 || v.Writes == 0 || v.Faults == 0 {
 		t.Errorf("seed %d: %d grants, %d writes, %d faults: the run tested nothing", r.Seed, v.Grants, v.Writes, v.Faults)
 	}
