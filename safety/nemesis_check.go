@@ -189,10 +189,18 @@ type lockKey struct {
 }
 
 // lockSpans returns, per lock, when its first grant's call began, and its longest and shortest
-// TTL over its grants and refreshes.
+// TTL over its grants and refreshes. The shortest counts a Refresh without an answer too: it
+// may have been applied, and the Client then trusts the lock no longer than that TTL.
 func (h *nemesisHistory) lockSpans() (first map[lockKey]int64, longest, shortest map[lockKey]time.Duration) {
 	first, longest, shortest = map[lockKey]int64{}, map[lockKey]time.Duration{}, map[lockKey]time.Duration{}
 	for _, e := range h.Events {
+		if e.K == "call" && e.Op == "refresh" && e.Class != "ok" && e.Class != "invalid" && e.Class != "notheld" {
+			k := lockKey{e.Owner, e.Tok}
+			if s, ok := shortest[k]; !ok || e.TTL < s {
+				shortest[k] = e.TTL
+			}
+			continue
+		}
 		if e.K != "grant" && !(e.K == "call" && e.Op == "refresh" && e.Class == "ok") {
 			continue
 		}

@@ -54,6 +54,11 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 		{chkSpurious, // ended by a grant of its own owner and token
 			nemesisHistory{Events: []nemEvent{grant(0, "a", 1, 0, 5), {W: 0, K: "grant", Op: "burst", L: 2, Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: ms(1), Ret: ms(6)}, done(0, 1, 6, 900, true)}},
 			nemesisHistory{Events: []nemEvent{grant(0, "a", 1, 0, 5), {W: 0, K: "grant", Op: "burst", L: 2, Name: "x", Owner: "a", Tok: 2, Count: 1, TTL: time.Second, Start: ms(1), Ret: ms(6)}, done(0, 1, 6, 900, true)}}},
+		{chkSpurious, // after a Refresh to 10 ms that got no answer, the Client trusts the lock 10 ms only
+			nemesisHistory{Events: []nemEvent{{W: 0, K: "grant", Op: "obtain", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 3 * time.Second, Start: 0, Ret: ms(5)},
+				{W: 0, K: "call", Op: "refresh", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 10 * time.Millisecond, Start: ms(6), Ret: ms(9), Class: "invalid"}, done(0, 1, 900, 2900, true)}},
+			nemesisHistory{Events: []nemEvent{{W: 0, K: "grant", Op: "obtain", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 3 * time.Second, Start: 0, Ret: ms(5)},
+				{W: 0, K: "call", Op: "refresh", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 10 * time.Millisecond, Start: ms(6), Ret: ms(9), Class: "unavailable"}, done(0, 1, 16, 16, true)}}},
 		{chkValidity,
 			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(975)}}},
 			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(988)}}}},
