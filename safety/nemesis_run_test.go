@@ -3,6 +3,7 @@ package safety
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -136,7 +137,7 @@ func (h *nemesisHarness) spawn(wg *sync.WaitGroup, cfg nemesisWorkerConfig) erro
 		defer h.mu.Unlock()
 		delete(h.pids, cfg.ID)
 		switch {
-		case err != nil && upstreamZKRace(stderr.String()):
+		case raceExit(err) && upstreamZKRace(stderr.String()):
 			h.upstream = append(h.upstream, fmt.Sprintf("worker %d: %v: go-zookeeper's own data race on Conn.lastZxid", cfg.ID, err))
 		case err != nil:
 			h.exits = append(h.exits, fmt.Sprintf("worker %d: %v: %s", cfg.ID, err, oneLine(strings.TrimSpace(stderr.String()))))
@@ -194,6 +195,13 @@ func (h *nemesisHarness) recordNoTTL(keys []string) {
 	for _, k := range keys {
 		h.noTTL[k] = true
 	}
+}
+
+// raceExit reports whether a worker ended with the race detector's exit status, 66, and not
+// for a failure of its own (a panic exits with 2).
+func raceExit(err error) bool {
+	var exit *exec.ExitError
+	return errors.As(err, &exit) && exit.ExitCode() == 66
 }
 
 // upstreamZKRace reports whether a worker's stderr holds data races of go-zookeeper's alone:
