@@ -180,23 +180,31 @@ func TestSharedOwnerShorterTTLDoesNotCutTheLock(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	rdb := singleClient(t)
 	b := redisbackend.New(rdb)
-	long, short := newLocker(t, rdb), newLocker(t, rdb)
 	name := lockName(t)
-	first, err := long.Obtain(ctx, name, fencelock.WithOwner("shared"), fencelock.WithTTL(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	first, second := holdsOfOneOwner(t, ctx, rdb, name, 300*time.Millisecond)
 	defer first.Release(ctx)
-	second, err := short.Obtain(ctx, name, fencelock.WithOwner("shared"), fencelock.WithTTL(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer second.Release(ctx)
 	time.Sleep(time.Second) // the short hold's watchdog renews every 100ms
 	pttl := rdb.PTTL(ctx, b.Key(name)).Val()
 	if left := time.Until(first.ValidUntil()); pttl < left {
 		t.Fatalf("Redis keeps the lock for %v while its longer-TTL holder trusts it for %v", pttl, left)
 	}
+}
+
+// holdsOfOneOwner obtains name under one owner through two Clients, as two processes would:
+// the first with a 10 s TTL, the second with ttl.
+func holdsOfOneOwner(t *testing.T, ctx context.Context, rdb *redis.Client, name string, ttl time.Duration) (first, second *fencelock.Lock) {
+	t.Helper()
+	first, err := newLocker(t, rdb).Obtain(ctx, name, fencelock.WithOwner("shared"), fencelock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err = newLocker(t, rdb).Obtain(ctx, name, fencelock.WithOwner("shared"), fencelock.WithTTL(ttl))
+	if err != nil {
+		_ = first.Release(ctx)
+		t.Fatal(err)
+	}
+	return first, second
 }
 
 // The same with Refresh: one process refreshing its hold of a shared owner's lock to a shorter
@@ -206,17 +214,9 @@ func TestSharedOwnerRefreshShorterDoesNotCutTheLock(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	rdb := singleClient(t)
 	b := redisbackend.New(rdb)
-	long, short := newLocker(t, rdb), newLocker(t, rdb)
 	name := lockName(t)
-	first, err := long.Obtain(ctx, name, fencelock.WithOwner("shared"), fencelock.WithTTL(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	first, second := holdsOfOneOwner(t, ctx, rdb, name, 10*time.Second)
 	defer first.Release(ctx)
-	second, err := short.Obtain(ctx, name, fencelock.WithOwner("shared"), fencelock.WithTTL(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := second.Refresh(ctx, 150*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}

@@ -76,8 +76,8 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 func TestUpstreamZKRace(t *testing.T) {
 	report := func(first, second string) string {
 		return "==================\nWARNING: DATA RACE\nWrite at 0x00c000198780 by goroutine 349:\n  " + first +
-			"\n      /root/go/pkg/mod/github.com/go-zookeeper/zk@v1.0.4/conn.go:849 +0x68c\n\nPrevious read at 0x00c000198780 by goroutine 120:\n  " + second +
-			"\n      /root/go/pkg/mod/github.com/go-zookeeper/zk@v1.0.4/conn.go:614 +0x4f2\n\nGoroutine 349 (running) created at:\n  github.com/go-zookeeper/zk.(*Conn).loop()\n==================\n"
+			"\n      $GOMODCACHE/github.com/go-zookeeper/zk@v1.0.4/conn.go:849 +0x68c\n\nPrevious read at 0x00c000198780 by goroutine 120:\n  " + second +
+			"\n      $GOMODCACHE/github.com/go-zookeeper/zk@v1.0.4/conn.go:614 +0x4f2\n\nGoroutine 349 (running) created at:\n  github.com/go-zookeeper/zk.(*Conn).loop()\n==================\n"
 	}
 	upstream := report("github.com/go-zookeeper/zk.(*Conn).recvLoop()", "github.com/go-zookeeper/zk.(*Conn).sendSetWatches()")
 	for _, tc := range []struct {

@@ -22,16 +22,7 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatalf("CurrentMaster = %s, want the initial master %s", cur, s.Master.Addr)
 	}
 	fc := s.ClientT(t)
-	// Replication is asynchronous and a forced failover does not wait for it: the write
-	// waits for the replica (WAIT counts its own connection's writes, hence one pipeline).
-	var acked *redis.Cmd
-	if _, err := fc.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, "before", "1", 0)
-		acked = p.Do(ctx, "WAIT", 1, 5000)
-		return nil
-	}); err != nil || acked.Val() != int64(1) {
-		t.Fatalf("SET before and WAIT for the replica = %v, %v", acked.Val(), err)
-	}
+	setReplicated(t, ctx, fc, "before", "1")
 
 	// Two failovers: the second proves the demoted master rejoined as a
 	// usable replica, which tests doing repeated failovers rely on.
@@ -63,6 +54,21 @@ func TestSentinelFailover(t *testing.T) {
 	}
 }
 
+// setReplicated sets key and waits until the replica has it. Replication is asynchronous, and
+// neither a forced failover nor a kill waits for it. WAIT counts the writes of its own
+// connection, so both go in one pipeline.
+func setReplicated(t *testing.T, ctx context.Context, c redis.Cmdable, key, value string) {
+	t.Helper()
+	var acked *redis.Cmd
+	if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, key, value, 0)
+		acked = p.Do(ctx, "WAIT", 1, 5000)
+		return nil
+	}); err != nil || acked.Val() != int64(1) {
+		t.Fatalf("SET %s and WAIT for the replica = %v, %v", key, acked.Val(), err)
+	}
+}
+
 // writeEventually retries f: the failover client learns of the new master
 // asynchronously, and until then writes may hit the demoted (READONLY) node.
 func writeEventually(t *testing.T, ctx context.Context, f func(context.Context) error) {
@@ -87,20 +93,7 @@ func TestSentinelFailoverAfterMasterKilled(t *testing.T) {
 	s := StartSentinel(t)
 	ctx := context.Background()
 	fc := s.ClientT(t)
-	// Replication is asynchronous and a forced failover does not wait for it: the write
-	// waits for the replica (WAIT counts its own connection's writes, hence one pipeline).
-	var acked *redis.Cmd
-	if _, err := fc.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, "before", "1", 0)
-		acked = p.Do(ctx, "WAIT", 1, 5000)
-		return nil
-	}); err != nil || acked.Val() != int64(1) {
-		t.Fatalf("SET before and WAIT for the replica = %v, %v", acked.Val(), err)
-	}
-	// Replication is asynchronous: without WAIT the kill can beat the write to the replica.
-	if n, err := fc.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
-		t.Fatalf("WAIT 1 = %d, %v", n, err)
-	}
+	setReplicated(t, ctx, fc, "before", "1")
 	if err := s.Master.Kill(); err != nil {
 		t.Fatal(err)
 	}
