@@ -180,6 +180,13 @@ func (r *acquireRound) ownerLockGone(q int) bool {
 	return gone >= q
 }
 
+// quorumth returns the q-th greatest of counts: what a majority of q nodes keep at least.
+func quorumth(counts []int, q int) int {
+	sorted := slices.Clone(counts)
+	slices.SortFunc(sorted, func(a, b int) int { return b - a })
+	return sorted[q-1]
+}
+
 // mayHold returns the nodes that may hold the acquisition's hold now: all but those that said
 // another owner holds it.
 func (r *acquireRound) mayHold() []int {
@@ -215,8 +222,7 @@ func (r *acquireRound) agree(q int, proposal int64) agreement {
 		for k, i := range voters {
 			counts[k] = r.replies[i].count
 		}
-		slices.SortFunc(counts, func(x, y int) int { return y - x })
-		a = agreement{token: token, count: counts[q-1], kept: true}
+		a = agreement{token: token, count: quorumth(counts, q), kept: true}
 	case len(fresh) >= q:
 		a = agreement{token: proposal, count: 1}
 	default:
@@ -354,8 +360,7 @@ func (b *Backend) fence(ctx context.Context, req fencelock.Request, r *acquireRo
 			continue
 		}
 		if len(counts) >= q {
-			slices.SortFunc(counts, func(x, y int) int { return y - x })
-			return token, max(counts[q-1], 1), nil
+			return token, max(quorumth(counts, q), 1), nil
 		}
 		last = &QuorumError{Op: "token", Name: req.Name, Granted: len(counts), Needed: q, Nodes: append(failed, b.timedOut(ctx, pending)...)}
 		break

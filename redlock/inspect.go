@@ -131,8 +131,7 @@ func (b *Backend) majority(name string, infos []nodeInfo) fencelock.Info {
 		// What a majority of the nodes agree on: at least quorum of them keep the lock that
 		// long, with at least that count.
 		slices.SortFunc(pttls, func(a, b time.Duration) int { return int(b - a) })
-		slices.SortFunc(counts, func(a, b int) int { return b - a })
-		info.Remaining, info.Count = pttls[b.quorum-1], counts[b.quorum-1]
+		info.Remaining, info.Count = pttls[b.quorum-1], quorumth(counts, b.quorum)
 	}
 	return info
 }

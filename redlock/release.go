@@ -73,9 +73,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	case notHeld >= q:
 		return 0, fmt.Errorf("%w: %q: %d of %d nodes say this owner does not hold it", fencelock.ErrNotHeld, lease.Name, notHeld, n)
 	}
-	sorted := slices.Clone(counts)
-	slices.SortFunc(sorted, func(a, b int) int { return b - a })
-	left := max(sorted[q-1], 0)
+	left := max(quorumth(counts, q), 0)
 	// Free only when a majority said so: a node that failed may keep holds of the same owner's
 	// other processes, which must not be dropped from the node that has them.
 	if stale := tail.decide(freed >= q); len(stale) > 0 {
