@@ -49,10 +49,12 @@ type Queue interface {
 	AcquireQueued(ctx context.Context, req Request) (Grant, error)
 }
 
-// Lister is implemented by backends that can enumerate the locks held now.
-type Lister interface {
-	// List returns the held locks whose names start with prefix, in no particular order.
-	List(ctx context.Context, prefix string) ([]Info, error)
+// Namer is implemented by backends that can enumerate their locks; List uses it.
+type Namer interface {
+	// Names returns the names that start with prefix of the locks that may be held now, each
+	// once, in no particular order. A name may be of a lock released meanwhile; List asks
+	// Inspect about each.
+	Names(ctx context.Context, prefix string) ([]string, error)
 }
 
 // ForceReleaser is implemented by backends that let an operator remove a lock whoever holds

@@ -142,6 +142,17 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 }
 
 func (c *Client) check(ctx context.Context, name string) error {
+	if err := c.ready(ctx); err != nil {
+		return err
+	}
+	if name == "" {
+		return invalidf("empty lock name")
+	}
+	return nil
+}
+
+// ready says why c cannot make a call with ctx at all.
+func (c *Client) ready(ctx context.Context) error {
 	switch {
 	case c == nil || c.b == nil:
 		return invalidf("nil client or backend")
@@ -149,8 +160,6 @@ func (c *Client) check(ctx context.Context, name string) error {
 		return c.err
 	case ctx == nil:
 		return invalidf("nil context")
-	case name == "":
-		return invalidf("empty lock name")
 	}
 	return nil
 }

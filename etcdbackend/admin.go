@@ -11,13 +11,13 @@ import (
 )
 
 var (
-	_ fencelock.Lister        = (*Backend)(nil)
+	_ fencelock.Namer         = (*Backend)(nil)
 	_ fencelock.ForceReleaser = (*Backend)(nil)
 )
 
-// List implements fencelock.Lister: the locks with a key in their queue whose names start with
+// Names implements fencelock.Namer: the locks with a key in their queue whose names start with
 // prefix.
-func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, error) {
+func (b *Backend) Names(ctx context.Context, prefix string) ([]string, error) {
 	if b.err != nil {
 		return nil, b.err
 	}
@@ -28,7 +28,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, er
 		return nil, classify(err)
 	}
 	seen := map[string]bool{}
-	var out []fencelock.Info
+	var out []string
 	for _, kv := range resp.Kvs {
 		// An escaped name has no "/": the name ends at the first one, and the owner ID, which
 		// may have some, follows. What does not escape back to itself is no queue's (the
@@ -39,13 +39,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, er
 			continue
 		}
 		seen[name] = true
-		info, err := b.Inspect(ctx, name)
-		if err != nil {
-			return out, err
-		}
-		if info.Held {
-			out = append(out, info)
-		}
+		out = append(out, name)
 	}
 	return out, nil
 }

@@ -315,7 +315,7 @@ func TestListAndForceRelease(t *testing.T) {
 		}
 		held = append(held, l)
 	}
-	infos, err := b.List(ctx, "list")
+	infos, err := fencelock.List(ctx, b, "list")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func TestPrefixWithoutSlash(t *testing.T) {
 	if info, err := c.Inspect(ctx, ".meta"); err != nil || info.Owner != m.Owner() {
 		t.Fatalf("Inspect(.meta): %+v %v", info, err)
 	}
-	infos, err := b.List(ctx, "")
+	infos, err := fencelock.List(ctx, b, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestListOwnerWithSlash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Release(ctx)
-	infos, err := b.List(ctx, "slash-owner/")
+	infos, err := fencelock.List(ctx, b, "slash-owner/")
 	if err != nil {
 		t.Fatal(err)
 	}

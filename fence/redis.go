@@ -3,16 +3,12 @@ package fence
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
-)
 
-var (
-	_ redis.Scripter = (*redis.Client)(nil)
-	_ redis.Scripter = (*redis.ClusterClient)(nil)
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 var (
@@ -21,10 +17,10 @@ var (
 	//go:embed get.lua
 	getLua string
 
-	// The scripts are run with Script.Run: EVALSHA, falling back to EVAL
-	// when the server does not have the script cached (NOSCRIPT).
-	setScript = redis.NewScript(setLua)
-	getScript = redis.NewScript(getLua)
+	// The scripts are run with EVALSHA, falling back to EVAL when the
+	// server does not have the script cached (NOSCRIPT).
+	setScript = redisconn.NewScript(setLua)
+	getScript = redisconn.NewScript(getLua)
 )
 
 // Redis is a fencing guard for values kept in Redis. Each value lives in
@@ -36,26 +32,20 @@ var (
 // Each operation touches a single key, so Redis works with Redis Cluster.
 // A Redis is safe for concurrent use.
 type Redis struct {
-	c redis.Scripter
+	c redisconn.Evaler
 }
 
-// NewRedis returns a guard that runs its scripts on c, typically a
-// *redis.Client or *redis.ClusterClient. A nil c gives an error wrapping
-// ErrInvalid.
-func NewRedis(c redis.Scripter) (*Redis, error) {
-	bad := c == nil
-	switch v := c.(type) {
-	case *redis.Client:
-		bad = v == nil
-	case *redis.ClusterClient:
-		bad = v == nil
-	case *redis.Ring:
-		bad = v == nil
+// NewRedis returns a guard that runs its scripts on c: any go-redis v9
+// client that runs scripts (*redis.Client, *redis.ClusterClient,
+// *redis.Ring, a redis.Scripter) or a redisconn.Conn from an adapter
+// (rueidisconn, valkeyconn). A nil c, or one that is neither, gives an
+// error wrapping ErrInvalid.
+func NewRedis(c redisconn.Client) (*Redis, error) {
+	e, err := redisconn.EvalerOf(c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if bad {
-		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
-	}
-	return &Redis{c: c}, nil
+	return &Redis{c: e}, nil
 }
 
 // Set stores value under key with token if token is not older than the
@@ -71,7 +61,7 @@ func (r *Redis) Set(ctx context.Context, key, value string, token int64) error {
 	if err := validate(key, token); err != nil {
 		return err
 	}
-	res, err := setScript.Run(ctx, r.c, []string{key}, value, strconv.FormatInt(token, 10)).Slice()
+	res, err := redisconn.Slice(r.c.Eval(ctx, setScript, []string{key}, value, strconv.FormatInt(token, 10)))
 	if err != nil {
 		return scriptErr("set", key, err)
 	}
@@ -100,10 +90,11 @@ func (r *Redis) Get(ctx context.Context, key string) (value string, token int64,
 	if key == "" {
 		return "", 0, fmt.Errorf("%w: empty key", ErrInvalid)
 	}
-	res, err := getScript.Run(ctx, r.c, []string{key}).Slice()
-	if errors.Is(err, redis.Nil) {
+	reply, err := r.c.Eval(ctx, getScript, []string{key})
+	if reply == nil && err == nil {
 		return "", 0, fmt.Errorf("fence: get redis key %q: %w", key, redis.Nil)
 	}
+	res, err := redisconn.Slice(reply, err)
 	if err != nil {
 		return "", 0, scriptErr("get", key, err)
 	}
@@ -122,9 +113,9 @@ func (r *Redis) Get(ctx context.Context, key string) (value string, token int64,
 // scriptErr classifies an error from a script run.
 func scriptErr(op, key string, err error) error {
 	switch {
-	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+	case redisconn.HasPrefix(err, "WRONGTYPE"):
 		return fmt.Errorf("%w: %s redis key %q holds another type: %w", ErrInvalid, op, key, err)
-	case redis.HasErrorPrefix(err, "FENCEINVALID"):
+	case redisconn.HasPrefix(err, "FENCEINVALID"):
 		return fmt.Errorf("%w: %s redis key %q: %w", ErrInvalid, op, key, err)
 	}
 	return fmt.Errorf("fence: %s redis key %q: %w", op, key, err)

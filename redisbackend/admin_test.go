@@ -33,7 +33,7 @@ func TestListAndForceRelease(t *testing.T) {
 				}
 				held = append(held, l)
 			}
-			infos, err := b.List(ctx, "job:")
+			infos, err := fencelock.List(ctx, b, "job:")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestCloseIsFinal(t *testing.T) {
 	calls["Renew"] = b.Renew(ctx, []fencelock.Lease{{Name: "closed", Owner: "o", TTL: time.Second}})[0].Err
 	_, calls["Release"] = b.Release(ctx, fencelock.Lease{Name: "closed", Owner: "o", TTL: time.Second}, "")
 	_, calls["Inspect"] = b.Inspect(ctx, "closed")
-	_, calls["List"] = b.List(ctx, "")
+	_, calls["List"] = fencelock.List(ctx, b, "")
 	_, _, calls["WatchRelease"] = b.WatchRelease(ctx, "closed")
 	for name, err := range calls {
 		if !errors.Is(err, fencelock.ErrClosed) {

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // A pipeliner sends script calls on their own while few are in flight, and sends the calls
@@ -18,7 +18,7 @@ import (
 // queue; a send that ends hands the queue, as one batch, to the goroutine of its first call,
 // which sends it and hands on in turn.
 type pipeliner struct {
-	c   Client
+	c   redisconn.Conn
 	max int // sends in flight at most: one call each, or one batch
 
 	mu       sync.Mutex
@@ -29,29 +29,30 @@ type pipeliner struct {
 // A call is one script call waiting in the queue.
 type call struct {
 	ctx    context.Context
-	script *redis.Script
+	script *redisconn.Script
 	keys   []string
 	args   []any
-	cmd    *redis.Cmd
+	reply  any
+	err    error
 	batch  []*call       // set for the first call of a batch: its goroutine sends the batch
-	done   chan struct{} // one signal: cmd is set, or batch is to be sent
+	done   chan struct{} // one signal: reply and err are set, or batch is to be sent
 }
 
 // maxBatch bounds a batch; the rest of the queue goes in the next.
 const maxBatch = 128
 
-// run runs script as Script.Run does, alone or in a batch.
-func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+// run runs script as Conn.Eval does, alone or in a batch.
+func (p *pipeliner) run(ctx context.Context, script *redisconn.Script, keys []string, args ...any) (any, error) {
 	if p.max <= 0 {
-		return script.Run(ctx, p.c, keys, args...)
+		return p.c.Eval(ctx, script, keys, args...)
 	}
 	p.mu.Lock()
 	if p.inflight < p.max {
 		p.inflight++
 		p.mu.Unlock()
-		cmd := script.Run(ctx, p.c, keys, args...)
+		reply, err := p.c.Eval(ctx, script, keys, args...)
 		p.handOn()
-		return cmd
+		return reply, err
 	}
 	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{}, 1)}
 	p.queue = append(p.queue, c)
@@ -65,9 +66,7 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 				// Never sent: the caller may stop waiting, and knows the call had no effect.
 				p.queue = append(p.queue[:i], p.queue[i+1:]...)
 				p.mu.Unlock()
-				cmd := redis.NewCmd(ctx)
-				cmd.SetErr(ctx.Err())
-				return cmd
+				return nil, ctx.Err()
 			}
 		}
 		p.mu.Unlock()
@@ -79,7 +78,7 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 		p.send(c.batch)
 		p.handOn()
 	}
-	return c.cmd
+	return c.reply, c.err
 }
 
 // handOn ends a send: the queue, if any, goes to its first call's goroutine as one batch, and
@@ -120,20 +119,13 @@ func (p *pipeliner) send(batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, latest)
 		defer cancel()
 	}
-	if len(batch) == 1 {
-		batch[0].cmd = batch[0].script.Run(ctx, p.c, batch[0].keys, batch[0].args...)
-		return
+	calls := make([]redisconn.Call, len(batch))
+	for k, c := range batch {
+		calls[k] = redisconn.Call{Script: c.script, Keys: c.keys, Args: c.args}
 	}
-	_, _ = p.c.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		for _, c := range batch {
-			c.cmd = c.script.EvalSha(ctx, pl, c.keys, c.args...)
-		}
-		return nil
-	})
-	for _, c := range batch {
-		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			c.cmd = c.script.Run(ctx, p.c, c.keys, c.args...)
-		}
+	p.c.EvalBatch(ctx, calls)
+	for k, c := range batch {
+		c.reply, c.err = calls[k].Reply, calls[k].Err
 	}
 	for _, c := range batch[1:] {
 		c.done <- struct{}{}

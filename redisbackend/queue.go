@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/internal/releasewatch"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // maxEntryLife bounds how long a waiter's place in line outlives its last renewal. A waiter
@@ -195,9 +197,9 @@ func waitFor(life time.Duration, pttl int64) time.Duration {
 // what the attempt saw recorded in seen.
 func (b *Backend) queueAttempt(ctx context.Context, req fencelock.Request, keys []string, args []any, seen *attemptSeen) (*fencelock.Grant, time.Time, error) {
 	sent := time.Now()
-	reply, err := b.pipe.run(ctx, queueScript, keys, args...).Slice()
+	reply, err := redisconn.Slice(b.pipe.run(ctx, queueScript, keys, args...))
 	if err != nil {
-		return nil, sent, classify(err)
+		return nil, sent, redislayer.Classify(err)
 	}
 	res, ok := int64s(reply)
 	if !ok || len(reply) < 3 {
@@ -220,7 +222,7 @@ func (b *Backend) queued(ctx context.Context, req fencelock.Request, g *fenceloc
 	}
 	g.Elapsed = sent.Sub(start)
 	if b.replicas > 0 {
-		reply, acked, err := b.replicated(ctx, renewScript, renewSrc, []string{b.Key(req.Name)}, []any{req.Owner, b.ttlArg(req.TTL), g.Token, "0"})
+		reply, acked, err := b.replicated(ctx, renewScript, []string{b.Key(req.Name)}, []any{req.Owner, b.ttlArg(req.TTL), g.Token, "0"})
 		if err != nil {
 			return fencelock.Grant{}, b.failed(req, err)
 		}
@@ -244,7 +246,7 @@ func (b *Backend) queued(ctx context.Context, req fencelock.Request, g *fenceloc
 // place that lapses within min(TTL, 5s), like a dead waiter's.
 func (b *Backend) leave(keys []string, req fencelock.Request) {
 	b.bg.later(func(ctx context.Context) {
-		if leaveScript.Run(ctx, b.c, keys[2:], req.Owner, req.Hold).Err() == nil {
+		if _, err := b.c.Eval(ctx, leaveScript, keys[2:], req.Owner, req.Hold); err == nil {
 			_, _ = b.release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
 		}
 	})

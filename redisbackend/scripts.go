@@ -3,7 +3,7 @@ package redisbackend
 import (
 	_ "embed"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 var (
@@ -33,11 +33,11 @@ var (
 	// its functions anew on every call.
 	acquireSrc    = takeSrc + reenterSrc + acquireBody
 	releaseSrc    = takeSrc + handoverSrc + releaseBody
-	acquireScript = redis.NewScript(acquireSrc)
-	queueScript   = redis.NewScript(takeSrc + reenterSrc + queueBody)
-	leaveScript   = redis.NewScript(leaveSrc)
-	renewScript   = redis.NewScript(renewSrc)
-	releaseScript = redis.NewScript(releaseSrc)
-	inspectScript = redis.NewScript(inspectSrc)
-	forceScript   = redis.NewScript(takeSrc + handoverSrc + forceBody)
+	acquireScript = redisconn.NewScript(acquireSrc)
+	queueScript   = redisconn.NewScript(takeSrc + reenterSrc + queueBody)
+	leaveScript   = redisconn.NewScript(leaveSrc)
+	renewScript   = redisconn.NewScript(renewSrc)
+	releaseScript = redisconn.NewScript(releaseSrc)
+	inspectScript = redisconn.NewScript(inspectSrc)
+	forceScript   = redisconn.NewScript(takeSrc + handoverSrc + forceBody)
 )

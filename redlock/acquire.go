@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // fenceRounds bounds the token write-back: a round that finds a counter at or beyond the
@@ -142,7 +143,7 @@ func (b *Backend) acquireRound(ctx context.Context, req fencelock.Request, propo
 		if err := prev.wait(ctx, nd.i); err != nil {
 			return acquireReply{}, err
 		}
-		v, err := acquireScript.Run(ctx, nd.c, keys, req.Owner, req.Hold, ttl, req.Meta, proposal, retention).Slice()
+		v, err := redisconn.Slice(nd.c.Eval(ctx, acquireScript, keys, req.Owner, req.Hold, ttl, req.Meta, proposal, retention))
 		if err != nil {
 			return acquireReply{}, err
 		}
@@ -385,7 +386,7 @@ func writeToken(ctx context.Context, nd *node, keys []string, req fencelock.Requ
 	if anew {
 		drop = "1"
 	}
-	v, err := fenceScript.Run(ctx, nd.c, keys, req.Owner, token, retention, req.Hold, drop).Int64Slice()
+	v, err := redisconn.Int64s(nd.c.Eval(ctx, fenceScript, keys, req.Owner, token, retention, req.Hold, drop))
 	if err != nil {
 		return tokenWrite{}, err
 	}
@@ -412,7 +413,8 @@ func (b *Backend) writeBack(ctx context.Context, req fencelock.Request, a agreem
 	retention := max(b.retention, req.TTL).Milliseconds()
 	fanOut(ctx, b, a.others, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
 		if a.kept {
-			return struct{}{}, recordScript.Run(ctx, nd.c, keys, req.Owner, arg, retention).Err()
+			_, err := nd.c.Eval(ctx, recordScript, keys, req.Owner, arg, retention)
+			return struct{}{}, err
 		}
 		_, err := writeToken(ctx, nd, keys, req, arg, retention, true)
 		return struct{}{}, err
@@ -447,7 +449,7 @@ func (b *Backend) undo(ctx context.Context, req fencelock.Request, idx []int, ti
 				if prev.wait(ctx, nd.i) != nil || !mine[nd.i] {
 					return
 				}
-				_ = releaseScript.Run(ctx, nd.c, keys, req.Owner, req.Hold, nd.publish).Err()
+				_, _ = nd.c.Eval(ctx, releaseScript, keys, req.Owner, req.Hold, nd.publish)
 			})
 		}
 		wg.Wait()

@@ -4,16 +4,14 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/internal/releasewatch"
-	"github.com/fencelock/fencelock/redisbackend"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // Backend is a fencelock.Backend over N independent Redis nodes. It is safe for concurrent
@@ -47,14 +45,14 @@ type Backend struct {
 var (
 	_ fencelock.Backend        = (*Backend)(nil)
 	_ fencelock.ReleaseWatcher = (*Backend)(nil)
-	_ fencelock.Lister         = (*Backend)(nil)
+	_ fencelock.Namer          = (*Backend)(nil)
 	_ fencelock.ForceReleaser  = (*Backend)(nil)
 )
 
 // node is one independent Redis deployment of the N.
 type node struct {
 	i       int
-	c       redisbackend.Client
+	c       redisconn.Conn
 	addr    string
 	publish string // "SPUBLISH" on a sharded (Cluster) node, "PUBLISH" elsewhere
 	watch   *releasewatch.Set
@@ -80,7 +78,7 @@ func WithNodeTimeout(d time.Duration) Option { return func(b *Backend) { b.nodeT
 func WithFenceRetention(d time.Duration) Option { return func(b *Backend) { b.retention = d } }
 
 // WithShardedPubSub chooses SPUBLISH/SSUBSCRIBE over PUBLISH/SUBSCRIBE for release
-// notifications on every node. Default: sharded on nodes that are a *redis.ClusterClient,
+// notifications on every node. Default: sharded on nodes that are a Cluster,
 // plain elsewhere.
 func WithShardedPubSub(on bool) Option { return func(b *Backend) { b.sharded = &on } }
 
@@ -92,7 +90,7 @@ func WithShardedPubSub(on bool) Option { return func(b *Backend) { b.sharded = &
 // Two clients to the same server would make one server count twice. New refuses the same
 // client twice; two different clients to one server can only be told apart by asking the
 // servers, which the first acquisition does (INFO server run_id).
-func New(clients []redisbackend.Client, opts ...Option) *Backend {
+func New(clients []redisconn.Client, opts ...Option) *Backend {
 	b := &Backend{prefix: "fencelock:", retention: 24 * time.Hour, timeTokens: true, workers: newWorkers(), closeDone: make(chan struct{})}
 	for _, o := range opts {
 		if o != nil {
@@ -103,24 +101,31 @@ func New(clients []redisbackend.Client, opts ...Option) *Backend {
 	return b
 }
 
-func (b *Backend) configure(clients []redisbackend.Client) error {
+func (b *Backend) configure(clients []redisconn.Client) error {
 	n := len(clients)
 	switch {
 	case n < 3:
 		return fmt.Errorf("%w: redlock needs at least 3 nodes, got %d: with 1 or 2 a majority is every node, so one failure stops the lock and no failure is tolerated", fencelock.ErrInvalid, n)
 	case n%2 == 0:
 		return fmt.Errorf("%w: redlock needs an odd number of nodes, got %d: %d nodes tolerate no more failures than %d (a majority of %d is %d) and only add load", fencelock.ErrInvalid, n, n, n-1, n, n/2+1)
-	case strings.ContainsAny(b.prefix, "{}"):
-		return fmt.Errorf("%w: key prefix %q contains a brace, which would break the hash tag", fencelock.ErrInvalid, b.prefix)
 	case b.retention <= 0:
 		return fmt.Errorf("%w: fence retention must be positive, got %v", fencelock.ErrInvalid, b.retention)
 	case b.nodeTimeout < 0:
 		return fmt.Errorf("%w: node timeout must be positive, got %v", fencelock.ErrInvalid, b.nodeTimeout)
 	}
+	if err := redislayer.CheckPrefix(b.prefix); err != nil {
+		return err
+	}
+	conns := make([]redisconn.Conn, n)
 	for i, c := range clients {
 		if c == nil || isNilPointer(c) {
 			return fmt.Errorf("%w: redlock client %d is nil", fencelock.ErrInvalid, i)
 		}
+		conn, err := redisconn.Of(c)
+		if err != nil {
+			return fmt.Errorf("%w: redlock client %d: %w", fencelock.ErrInvalid, i, err)
+		}
+		conns[i] = conn
 		for j := range i {
 			if sameValue(clients[j], c) {
 				return fmt.Errorf("%w: redlock clients %d and %d are the same client: one node would count twice", fencelock.ErrInvalid, j, i)
@@ -130,13 +135,12 @@ func (b *Backend) configure(clients []redisbackend.Client) error {
 	b.quorum = n/2 + 1
 	b.nodes = make([]*node, n)
 	b.all = make([]int, n)
-	for i, c := range clients {
-		_, cluster := c.(*redis.ClusterClient)
-		sharded := cluster
+	for i, c := range conns {
+		sharded := c.Cluster()
 		if b.sharded != nil {
 			sharded = *b.sharded
 		}
-		nd := &node{i: i, c: c, addr: addrOf(c), publish: "PUBLISH"}
+		nd := &node{i: i, c: c, addr: c.String(), publish: "PUBLISH"}
 		if sharded {
 			nd.publish = "SPUBLISH"
 		}
@@ -149,26 +153,16 @@ func (b *Backend) configure(clients []redisbackend.Client) error {
 	return nil
 }
 
-func isNilPointer(c redisbackend.Client) bool {
+func isNilPointer(c redisconn.Client) bool {
 	v := reflect.ValueOf(c)
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // sameValue reports whether a and b are the same client, without the panic that == raises on
 // an interface holding an incomparable value.
-func sameValue(a, b redisbackend.Client) bool {
+func sameValue(a, b redisconn.Client) bool {
 	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
 	return va.Type() == vb.Type() && va.Comparable() && vb.Comparable() && va.Equal(vb)
-}
-
-func addrOf(c redisbackend.Client) string {
-	switch v := c.(type) {
-	case *redis.Client:
-		return v.Options().Addr
-	case *redis.ClusterClient:
-		return strings.Join(v.Options().Addrs, ",")
-	}
-	return fmt.Sprintf("%T", c)
 }
 
 // Nodes returns the number of nodes, N.

@@ -143,7 +143,7 @@ func TestForceReleaseAndList(t *testing.T) {
 		}
 		locks = append(locks, l)
 	}
-	infos, err := b.List(ctx, "job:")
+	infos, err := fencelock.List(ctx, b, "job:")
 	if err != nil {
 		t.Fatal(err)
 	}

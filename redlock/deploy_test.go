@@ -29,7 +29,7 @@ func TestMixedDeployments(t *testing.T) {
 	if err != nil || !info.Held || info.Owner != lock.Owner() || info.Token != lock.Token() || info.Meta != "mixed holder" {
 		t.Fatalf("Inspect: %+v %v", info, err)
 	}
-	if infos, err := b.List(ctx, "mix"); err != nil || len(infos) != 1 || infos[0].Name != name {
+	if infos, err := fencelock.List(ctx, b, "mix"); err != nil || len(infos) != 1 || infos[0].Name != name {
 		t.Fatalf("List: %+v %v", infos, err)
 	}
 

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/redislayer"
 )
 
 var (
@@ -78,27 +77,9 @@ func (e *QuorumError) Unwrap() []error {
 	return errs
 }
 
-// transient are the Redis error replies that may pass: a failover, a reshard, a restart.
-var transient = []string{"READONLY", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "MOVED", "ASK", "BUSY", "NOREPLICAS"}
-
 // classify wraps a node's error with the fencelock error that says what to do about it, as
 // the single-node backend does.
-func classify(err error) error {
-	var rerr redis.Error
-	if errors.As(err, &rerr) && !errors.Is(err, redis.Nil) {
-		msg := rerr.Error()
-		for _, p := range transient {
-			if strings.HasPrefix(msg, p) {
-				return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
-			}
-		}
-		if strings.Contains(msg, "WRONGTYPE") {
-			return fmt.Errorf("%w: the lock's key holds another Redis type: %w", fencelock.ErrInvalid, err)
-		}
-		return fmt.Errorf("%w: Redis refused: %w", fencelock.ErrInvalid, err)
-	}
-	return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
-}
+func classify(err error) error { return redislayer.Classify(err) }
 
 func isClassified(err error) bool {
 	return errors.Is(err, fencelock.ErrUnavailable) || errors.Is(err, fencelock.ErrInvalid) || errors.Is(err, fencelock.ErrNotHeld)

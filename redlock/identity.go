@@ -8,9 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // identity checks, at first use, that no two nodes are the same server: two clients with
@@ -124,36 +123,27 @@ func (id *identity) seen(i int) bool { return id.done.Load() || id.known[i].Load
 
 // runIDs returns the run_id of the server behind a node: of every master, for a Cluster.
 func runIDs(ctx context.Context, nd *node) ([]string, error) {
-	if cc, ok := nd.c.(*redis.ClusterClient); ok {
-		var mu sync.Mutex
-		var ids []string
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			s, err := m.Info(ctx, "server").Result()
-			if err != nil {
-				return err
-			}
-			if rid := infoField(s, "run_id"); rid != "" {
-				mu.Lock()
-				ids = append(ids, rid)
-				mu.Unlock()
-			}
-			return nil
-		})
-		return ids, err
-	}
-	var info *redis.StringCmd
-	_, err := nd.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		info = p.Info(ctx, "server")
+	var mu sync.Mutex // ForEachMaster may call at once for several masters
+	var ids []string
+	err := nd.c.ForEachMaster(ctx, func(ctx context.Context, m redisconn.Node) error {
+		v, err := m.Do(ctx, "INFO", "server")
+		if err != nil {
+			return err
+		}
+		info, _ := v.(string)
+		rid := infoField(info, "run_id")
+		if rid == "" {
+			return fmt.Errorf("%w: INFO server has no run_id", fencelock.ErrUnavailable)
+		}
+		mu.Lock()
+		ids = append(ids, rid)
+		mu.Unlock()
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	rid := infoField(info.Val(), "run_id")
-	if rid == "" {
-		return nil, fmt.Errorf("%w: INFO server has no run_id", fencelock.ErrUnavailable)
-	}
-	return []string{rid}, nil
+	return ids, nil
 }
 
 func infoField(info, field string) string {

@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/redislayer"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // nodeInfo is one node's view of a lock, from inspect.lua.
@@ -70,7 +68,7 @@ func (b *Backend) inspect(ctx context.Context, name string) (fencelock.Info, err
 	var failed []*NodeError
 	votes := make(map[string]int)
 	pending := fanOut(ctx, b, b.all, forceTimeout, read, func(ctx context.Context, nd *node) (nodeInfo, error) {
-		v, err := inspectScript.Run(ctx, nd.c, keys).Slice()
+		v, err := redisconn.Slice(nd.c.Eval(ctx, inspectScript, keys))
 		if err != nil {
 			return nodeInfo{}, err
 		}
@@ -136,11 +134,10 @@ func (b *Backend) majority(name string, infos []nodeInfo) fencelock.Info {
 	return info
 }
 
-// List implements fencelock.Lister: it scans the nodes (every master of a Cluster node) for
-// lock keys and reports those a majority holds. A majority of nodes scanned is enough, since a
-// lock held by a majority is on at least one of them. It sees each lock as it was when
-// inspected, not one instant.
-func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, error) {
+// Names implements fencelock.Namer: it scans the nodes (every master of a Cluster node) for
+// lock keys. A majority of nodes scanned is enough, since a lock held by a majority is on at
+// least one of them; fencelock.List then keeps those a majority holds.
+func (b *Backend) Names(ctx context.Context, prefix string) ([]string, error) {
 	if b.err != nil {
 		return nil, b.err
 	}
@@ -148,12 +145,11 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, er
 		return nil, err
 	}
 	defer b.ops.Done()
-	match := globEscape(b.prefix+"{"+prefix) + "*}"
 	names := make(map[string]struct{})
 	var failed []*NodeError
 	scanned := 0
 	fanOut(ctx, b, b.all, 0, read, func(ctx context.Context, nd *node) ([]string, error) {
-		return b.scan(ctx, nd, match)
+		return redislayer.Names(ctx, nd.c, b.prefix, prefix)
 	}, func(r reply[[]string]) bool {
 		if r.err != nil {
 			failed = append(failed, b.nodeErr(r.node, r.err))
@@ -171,55 +167,9 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, er
 		}
 		return nil, &QuorumError{Op: "list", Name: prefix, Granted: scanned, Needed: b.quorum, Nodes: failed}
 	}
-	sorted := make([]string, 0, len(names))
+	out := make([]string, 0, len(names))
 	for n := range names {
-		sorted = append(sorted, n)
-	}
-	slices.Sort(sorted)
-	var out []fencelock.Info
-	for _, n := range sorted {
-		info, err := b.inspect(ctx, n)
-		if err != nil {
-			return out, err
-		}
-		if info.Held {
-			out = append(out, info)
-		}
+		out = append(out, n)
 	}
 	return out, nil
-}
-
-// scan returns the names of the lock keys on one node.
-func (b *Backend) scan(ctx context.Context, nd *node, match string) ([]string, error) {
-	var mu sync.Mutex // ForEachMaster runs its callbacks concurrently
-	var names []string
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.Scan(ctx, 0, match, 512).Iterator()
-		for iter.Next(ctx) {
-			k := iter.Val() // <prefix>{name}; fence counters and channels end after the brace
-			mu.Lock()
-			names = append(names, k[len(b.prefix)+1:len(k)-1])
-			mu.Unlock()
-		}
-		return iter.Err()
-	}
-	switch c := nd.c.(type) {
-	case *redis.ClusterClient:
-		return names, c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return scan(ctx, m) })
-	case redis.Cmdable:
-		return names, scan(ctx, c)
-	}
-	return nil, fmt.Errorf("%w: listing needs go-redis clients that can SCAN, node %d is a %T", fencelock.ErrInvalid, nd.i, nd.c)
-}
-
-// globEscape escapes the characters SCAN MATCH treats as a pattern.
-func globEscape(s string) string {
-	var sb strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			sb.WriteByte('\\')
-		}
-		sb.WriteRune(r)
-	}
-	return sb.String()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // Release implements fencelock.Backend. It ends the hold on every node at once, each bounded by
@@ -40,10 +41,10 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 		if err := fl.wait(ctx, nd.i); err != nil {
 			return 0, err
 		}
-		v, err := releaseScript.Run(ctx, nd.c, keys, lease.Owner, hold, nd.publish).Int64()
+		v, err := redisconn.Int64(nd.c.Eval(ctx, releaseScript, keys, lease.Owner, hold, nd.publish))
 		if err == nil && v > 0 && tail.keeps(nd.i) {
 			// The majority decided the lock is free before this node answered.
-			_ = dropScript.Run(ctx, nd.c, keys, lease.Owner, nd.publish).Err()
+			_, _ = nd.c.Eval(ctx, dropScript, keys, lease.Owner, nd.publish)
 		}
 		return v, err
 	}, func(r reply[int64]) bool {
@@ -157,7 +158,7 @@ func (b *Backend) drop(ctx context.Context, name, owner string, idx []int, timeo
 	keys := []string{b.Key(name)}
 	dropped := 0
 	fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (int64, error) {
-		return dropScript.Run(ctx, nd.c, keys, owner, nd.publish).Int64()
+		return redisconn.Int64(nd.c.Eval(ctx, dropScript, keys, owner, nd.publish))
 	}, func(r reply[int64]) bool {
 		if r.err == nil && r.v == 1 {
 			dropped++

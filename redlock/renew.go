@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/redisbackend"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // renewReply is one node's answer for one lease.
@@ -178,10 +176,10 @@ func (t *renewTally) add(b *Backend, i int, rr renewReply) {
 }
 
 // renewOn sends the renewals to one node: one script call, or one pipeline for a batch.
-func renewOn(ctx context.Context, c redisbackend.Client, keys [][]string, args [][]any) []renewReply {
+func renewOn(ctx context.Context, c redisconn.Conn, keys [][]string, args [][]any) []renewReply {
 	out := make([]renewReply, len(keys))
-	for k, cmd := range evalBatch(ctx, c, renewScript, keys, args) {
-		v, err := cmd.Slice()
+	for k, call := range evalBatch(ctx, c, renewScript, keys, args) {
+		v, err := redisconn.Slice(call.Reply, call.Err)
 		if err != nil {
 			out[k].err = err
 			continue
@@ -229,35 +227,13 @@ func (b *Backend) retake(ctx context.Context, retake map[int][]int, live []int, 
 	}, func(reply[struct{}]) bool { return false })
 }
 
-// evalBatch runs script once per keys/args pair on one node: a plain call for one, a pipeline
-// of EVALSHA for more, loading the script and sending again what failed with NOSCRIPT (a node
-// restarted empty, or SCRIPT FLUSH).
-func evalBatch(ctx context.Context, c redisbackend.Client, script *redis.Script, keys [][]string, args [][]any) []*redis.Cmd {
-	if len(keys) == 1 {
-		return []*redis.Cmd{script.Run(ctx, c, keys[0], args[0]...)}
+// evalBatch runs script once per keys/args pair on one node, in one round trip (see
+// redisconn.Conn.EvalBatch).
+func evalBatch(ctx context.Context, c redisconn.Conn, script *redisconn.Script, keys [][]string, args [][]any) []redisconn.Call {
+	calls := make([]redisconn.Call, len(keys))
+	for k := range keys {
+		calls[k] = redisconn.Call{Script: script, Keys: keys[k], Args: args[k]}
 	}
-	cmds := make([]*redis.Cmd, len(keys))
-	send := func(which []int) {
-		_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, k := range which {
-				cmds[k] = script.EvalSha(ctx, p, keys[k], args[k]...)
-			}
-			return nil
-		})
-	}
-	all := make([]int, len(keys))
-	for k := range all {
-		all[k] = k
-	}
-	send(all)
-	var again []int
-	for k, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			again = append(again, k)
-		}
-	}
-	if len(again) > 0 && script.Load(ctx, c).Err() == nil {
-		send(again)
-	}
-	return cmds
+	c.EvalBatch(ctx, calls)
+	return calls
 }

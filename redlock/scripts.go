@@ -3,7 +3,7 @@ package redlock
 import (
 	_ "embed"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // One script per operation on one node; each file names its KEYS, ARGV and reply.
@@ -25,12 +25,12 @@ var (
 	//go:embed inspect.lua
 	inspectSrc string
 
-	acquireScript = redis.NewScript(acquireSrc)
-	fenceScript   = redis.NewScript(fenceSrc)
-	recordScript  = redis.NewScript(recordSrc)
-	renewScript   = redis.NewScript(renewSrc)
-	retakeScript  = redis.NewScript(retakeSrc)
-	releaseScript = redis.NewScript(releaseSrc)
-	dropScript    = redis.NewScript(dropSrc)
-	inspectScript = redis.NewScript(inspectSrc)
+	acquireScript = redisconn.NewScript(acquireSrc)
+	fenceScript   = redisconn.NewScript(fenceSrc)
+	recordScript  = redisconn.NewScript(recordSrc)
+	renewScript   = redisconn.NewScript(renewSrc)
+	retakeScript  = redisconn.NewScript(retakeSrc)
+	releaseScript = redisconn.NewScript(releaseSrc)
+	dropScript    = redisconn.NewScript(dropSrc)
+	inspectScript = redisconn.NewScript(inspectSrc)
 )

@@ -11,13 +11,12 @@ import (
 )
 
 var (
-	_ fencelock.Lister        = (*Backend)(nil)
+	_ fencelock.Namer         = (*Backend)(nil)
 	_ fencelock.ForceReleaser = (*Backend)(nil)
 )
 
-// List implements fencelock.Lister: the locks under the root whose names start with prefix and
-// that someone holds.
-func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, error) {
+// Names implements fencelock.Namer: the locks under the root whose names start with prefix.
+func (b *Backend) Names(ctx context.Context, prefix string) ([]string, error) {
 	if err := b.ready(ctx); err != nil {
 		return nil, err
 	}
@@ -31,17 +30,10 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]fencelock.Info, er
 	case err != nil:
 		return nil, classify(err)
 	}
-	var out []fencelock.Info
+	var out []string
 	for _, name := range names {
-		if !strings.HasPrefix(name, prefix) || checkName(name) != nil {
-			continue
-		}
-		info, err := b.Inspect(ctx, name)
-		if err != nil {
-			return out, err
-		}
-		if info.Held {
-			out = append(out, info)
+		if strings.HasPrefix(name, prefix) && checkName(name) == nil {
+			out = append(out, name)
 		}
 	}
 	return out, nil

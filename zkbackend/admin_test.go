@@ -19,7 +19,7 @@ func TestListAndForceRelease(t *testing.T) {
 		}
 		held = append(held, l)
 	}
-	infos, err := b.List(ctx, prefix)
+	infos, err := fencelock.List(ctx, b, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}

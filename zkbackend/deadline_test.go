@@ -46,7 +46,7 @@ func TestCallsReturnByDeadline(t *testing.T) {
 		}},
 		{"Renew", func(ctx context.Context) error { return b.Renew(ctx, []fencelock.Lease{lease})[0].Err }},
 		{"Inspect", func(ctx context.Context) error { _, err := b.Inspect(ctx, name); return err }},
-		{"List", func(ctx context.Context) error { _, err := b.List(ctx, name); return err }},
+		{"List", func(ctx context.Context) error { _, err := fencelock.List(ctx, b, name); return err }},
 		{"Release", func(ctx context.Context) error { _, err := b.Release(ctx, lease, "h"); return err }},
 	} {
 		short, cancel := context.WithTimeout(ctx, bound)

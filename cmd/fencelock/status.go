@@ -90,11 +90,10 @@ func newListCmd(g *globals) *cobra.Command {
 			if err := st.ping(cmd.Context()); err != nil {
 				return err
 			}
-			lister, ok := st.backend.(fencelock.Lister)
-			if !ok {
+			if _, ok := st.backend.(fencelock.Namer); !ok {
 				return exitf(exitUsage, "the %s backend cannot list locks", st.kind)
 			}
-			infos, err := lister.List(cmd.Context(), prefix)
+			infos, err := fencelock.List(cmd.Context(), st.backend, prefix)
 			if err != nil {
 				return errorExit(err)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // Close is final: it ends every subscription and waits until the Set's goroutines are gone;
@@ -22,7 +23,7 @@ func TestCloseIsFinal(t *testing.T) {
 	defer cancel()
 	before := goleak.IgnoreCurrent()
 
-	s := releasewatch.New(c, false)
+	s := releasewatch.New(redisconn.GoRedis(c), false)
 	w := releasewatch.NewWaiter()
 	ready, err := s.Add(ctx, "a", w)
 	if err != nil {
@@ -72,7 +73,7 @@ func TestCloseWhileTheServerIsStopped(t *testing.T) {
 			c := r.ClientT(t)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			s := releasewatch.New(c, false)
+			s := releasewatch.New(redisconn.GoRedis(c), false)
 			w := releasewatch.NewWaiter()
 			if connected {
 				ready, err := s.Add(ctx, "a", w)

@@ -1,36 +1,26 @@
 package releasewatch
 
-import "github.com/redis/go-redis/v9"
+import "github.com/fencelock/fencelock/redisconn"
 
 // dispatch hands each message of ps to the waiters of its channel, and records the server's
 // acknowledgements, until ps is closed. It holds Set.mu for each message and nothing else: it
 // makes no network call and waits for none.
-func (s *Set) dispatch(sh *shard, ps *redis.PubSub, done chan<- struct{}) {
+func (s *Set) dispatch(sh *shard, ps redisconn.PubSub, done chan<- struct{}) {
 	defer close(done)
-	for msg := range ps.ChannelWithSubscriptions(redis.WithChannelSize(64)) {
+	ps.Receive(func(e redisconn.Event) {
 		s.mu.Lock()
-		switch m := msg.(type) {
-		case *redis.Message:
-			sh.deliver(m.Channel, m.Payload)
-		case *redis.Subscription:
+		defer s.mu.Unlock()
+		switch {
+		case e.Kind == redisconn.Message:
+			sh.deliver(e.Channel, e.Payload)
+		case sh.ps != ps:
 			// What a connection being replaced acknowledges no longer holds.
-			if sh.ps == ps {
-				sh.subscription(m)
-			}
+		case e.Kind == redisconn.Subscribed:
+			sh.acknowledged(e.Channel)
+		case e.Kind == redisconn.Unsubscribed:
+			sh.unsubscribed(e.Channel)
 		}
-		s.mu.Unlock()
-	}
-}
-
-// subscription records an acknowledgement of the current connection; the caller holds
-// Set.mu.
-func (sh *shard) subscription(m *redis.Subscription) {
-	switch m.Kind {
-	case "subscribe", "ssubscribe":
-		sh.acknowledged(m.Channel)
-	case "unsubscribe", "sunsubscribe":
-		sh.unsubscribed(m.Channel)
-	}
+	})
 }
 
 // deliver wakes the waiters of name that the payload concerns; the caller holds Set.mu.
@@ -47,7 +37,7 @@ func (sh *shard) deliver(name, payload string) {
 }
 
 // acknowledged records that the server subscribed name; the caller holds Set.mu. The first
-// acknowledgement makes the channel ready. A later one follows a new connection (go-redis
+// acknowledgement makes the channel ready. A later one follows a new connection (the client
 // resubscribes after a reconnect, and the owner after a dropped subscription), and wakes
 // the waiters: a release may have passed unseen while the subscription was gone.
 func (sh *shard) acknowledged(name string) {

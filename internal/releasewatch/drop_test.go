@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // A subscription the server dropped (its connection killed, or the server restarted) is taken
@@ -40,7 +41,7 @@ func TestDroppedSubscriptionIsRestored(t *testing.T) {
 			c := r.ClientT(t)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			s := releasewatch.New(c, false)
+			s := releasewatch.New(redisconn.GoRedis(c), false)
 			defer s.Close()
 			w := releasewatch.NewWaiter()
 			ready, err := s.Add(ctx, "ch", w)
@@ -72,7 +73,7 @@ func TestShardSubscriptionRestoredAfterFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ch = "failover-ch"
-	s := releasewatch.New(c, true)
+	s := releasewatch.New(redisconn.GoRedis(c), true)
 	defer s.Close()
 	w := releasewatch.NewWaiter()
 	ready, err := s.Add(ctx, ch, w)
@@ -123,7 +124,7 @@ func TestShardSubscriptionFollowsAMovedSlot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, ch, _ := onTwoNodes(t, ctx, cl, c, "moved")
-	s := releasewatch.New(c, true)
+	s := releasewatch.New(redisconn.GoRedis(c), true)
 	defer s.Close()
 	w := releasewatch.NewWaiter()
 	ready, err := s.Add(ctx, ch, w)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // Once Remove returned, its waiter hears no more messages, though they stream in while
@@ -19,7 +20,7 @@ func TestNoMessageAfterRemove(t *testing.T) {
 	c := r.ClientT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s := releasewatch.New(c, false)
+	s := releasewatch.New(redisconn.GoRedis(c), false)
 	defer s.Close()
 	const ch = "stream"
 	keeper := releasewatch.NewWaiter() // keeps the channel subscribed throughout

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 const (
@@ -12,9 +12,9 @@ const (
 	// dial and handshake of the connection when it has none.
 	sendTimeout = 5 * time.Second
 	// ackTimeout is how long a subscription sent may go unacknowledged before its owner sends
-	// it again on a new connection. A server that refuses it says so in a reply go-redis does
+	// it again on a new connection. A server that refuses it says so in a reply clients do
 	// not pass on (MOVED, after a Cluster slot moved to another node), and a subscription sent
-	// as the connection broke is not sent again by go-redis.
+	// as the connection broke is not sent again by the client.
 	ackTimeout = 5 * time.Second
 	// resend is how long an owner waits to send again a subscription whose send failed.
 	resend = 250 * time.Millisecond
@@ -29,9 +29,9 @@ type shard struct {
 	// acknowledgement has not come: the acknowledgement of any other unsubscription is the
 	// server dropping a subscription.
 	leaving map[string]int
-	ps      *redis.PubSub // the connection whose acknowledgements count; nil between two
-	stale   bool          // the server dropped a subscription: the owner reconnects
-	retryAt time.Time     // when a subscription whose send failed may be sent again
+	ps      redisconn.PubSub // the connection whose acknowledgements count; nil between two
+	stale   bool             // the server dropped a subscription: the owner reconnects
+	retryAt time.Time        // when a subscription whose send failed may be sent again
 
 	ctx    context.Context // the owner's network calls; cancelled by stop
 	cancel context.CancelFunc
@@ -98,14 +98,6 @@ func (sh *shard) stop() {
 	sh.cancel()
 }
 
-// stateReloader is a Cluster client, which routes a new pub/sub connection by its view of the
-// slots. ReloadState refreshes that view in the background.
-type stateReloader interface {
-	ReloadState(ctx context.Context)
-}
-
-var _ stateReloader = (*redis.ClusterClient)(nil)
-
 // step is what an owner does next. It reconnects first, then sends, then waits.
 type step struct {
 	done        bool // the shard has no channel left, or the Set is closed
@@ -117,7 +109,8 @@ type step struct {
 
 // conn is an owner's connection and its dispatch goroutine.
 type conn struct {
-	ps         *redis.PubSub
+	ps         redisconn.PubSub
+	reroute    bool          // the next connection follows a lost subscription
 	dispatched chan struct{} // closed when the dispatch goroutine of ps returns
 }
 
@@ -138,11 +131,7 @@ func (s *Set) run(sh *shard) {
 		}
 		if st.reconnect {
 			s.disconnect(sh, &cn)
-			if r, ok := s.c.(stateReloader); ok {
-				// The slot may have moved: the new connection goes where the cluster client
-				// believes it is, and the client does not learn of it from pub/sub replies.
-				r.ReloadState(sh.ctx)
-			}
+			cn.reroute = true
 		}
 		if len(st.subscribe) > 0 {
 			s.sent(sh, st.subscribe, s.subscribe(sh, &cn, st.subscribe))
@@ -247,17 +236,14 @@ func (s *Set) subscribe(sh *shard, cn *conn, names []string) error {
 	ctx, cancel := context.WithTimeout(sh.ctx, sendTimeout)
 	defer cancel()
 	if cn.ps != nil {
-		return send(ctx, cn.ps, s.sharded, true, names)
+		return cn.ps.Subscribe(ctx, names...)
 	}
 	// A PubSub connects on its first subscription, to the node of its first channel's slot;
 	// the dispatch goroutine starts after it, since one that connected first would connect
-	// without a channel, to any node. A PubSub made with its channels would hide the error.
-	if s.sharded {
-		cn.ps = s.c.SSubscribe(ctx)
-	} else {
-		cn.ps = s.c.Subscribe(ctx)
-	}
-	err := send(ctx, cn.ps, s.sharded, true, names)
+	// without a channel, to any node.
+	cn.ps = s.c.PubSub(ctx, s.sharded, cn.reroute)
+	cn.reroute = false
+	err := cn.ps.Subscribe(ctx, names...)
 	s.mu.Lock()
 	sh.ps = cn.ps
 	s.mu.Unlock()
@@ -267,30 +253,17 @@ func (s *Set) subscribe(sh *shard, cn *conn, names []string) error {
 }
 
 // unsubscribe sends the unsubscription of names on ps.
-func (s *Set) unsubscribe(sh *shard, ps *redis.PubSub, names []string) error {
+func (s *Set) unsubscribe(sh *shard, ps redisconn.PubSub, names []string) error {
 	if ps == nil {
 		return nil // never subscribed
 	}
 	ctx, cancel := context.WithTimeout(sh.ctx, sendTimeout)
 	defer cancel()
-	return send(ctx, ps, s.sharded, false, names)
-}
-
-func send(ctx context.Context, ps *redis.PubSub, sharded, subscribe bool, names []string) error {
-	switch {
-	case sharded && subscribe:
-		return ps.SSubscribe(ctx, names...)
-	case subscribe:
-		return ps.Subscribe(ctx, names...)
-	case sharded:
-		return ps.SUnsubscribe(ctx, names...)
-	default:
-		return ps.Unsubscribe(ctx, names...)
-	}
+	return ps.Unsubscribe(ctx, names...)
 }
 
 // sent records the outcome of sending the subscription of names. One that failed is sent
-// again after resend: go-redis does not send it on the connection it makes in place of the
+// again after resend: the client (go-redis) does not send it on the connection it makes in place of the
 // one that failed.
 func (s *Set) sent(sh *shard, names []string, err error) {
 	s.mu.Lock()
@@ -312,7 +285,7 @@ func (s *Set) sent(sh *shard, names []string, err error) {
 }
 
 // left records the outcome of sending the unsubscription of names: after a failure no
-// acknowledgement comes, and go-redis does not subscribe them on its next connection.
+// acknowledgement comes, and the client (go-redis) does not subscribe them on its next connection.
 func (s *Set) left(sh *shard, names []string, err error) {
 	if err == nil {
 		return
@@ -336,5 +309,5 @@ func (s *Set) disconnect(sh *shard, cn *conn) {
 	s.mu.Unlock()
 	_ = cn.ps.Close()
 	<-cn.dispatched
-	*cn = conn{}
+	*cn = conn{reroute: cn.reroute}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // A subscription that hangs on a stopped Cluster node holds up no message from another node:
@@ -24,7 +25,7 @@ func TestDispatchDoesNotWaitForASubscription(t *testing.T) {
 	defer cancel()
 	healthy, stopped, node := onTwoNodes(t, ctx, cl, c, "stall")
 
-	s := releasewatch.New(c, true)
+	s := releasewatch.New(redisconn.GoRedis(c), true)
 	defer s.Close()
 	w := releasewatch.NewWaiter()
 	ready, err := s.Add(ctx, healthy, w)
@@ -96,7 +97,7 @@ func TestCallsDoNotWaitForTheServer(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s := releasewatch.New(c, false)
+	s := releasewatch.New(redisconn.GoRedis(c), false)
 	defer s.Close()
 	defer p.Restore() // before Close, which waits for a subscription still on its way
 

@@ -16,28 +16,23 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
-// Subscriber is the part of a go-redis client that pub/sub needs.
+// Subscriber is the part of a redisconn.Conn that pub/sub needs.
 type Subscriber interface {
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
-	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+	PubSub(ctx context.Context, sharded, reroute bool) redisconn.PubSub
 }
 
-var (
-	_ Subscriber = (*redis.Client)(nil)
-	_ Subscriber = (*redis.ClusterClient)(nil)
-)
+var _ Subscriber = redisconn.Conn(nil)
 
 // ErrClosed is Add's error after Close. It matches fencelock.ErrClosed.
 var ErrClosed = fmt.Errorf("%w: the release watch was closed", fencelock.ErrClosed)
 
 // Set is the release channels one client watches, and their waiters. Without sharded pub/sub
 // it has one connection; with it, one per Cluster slot that has waiters, because a shard channel
-// can only be subscribed on the node that owns its slot, and go-redis resubscribes all of a
+// can only be subscribed on the node that owns its slot, and a client resubscribes all of a
 // connection's shard channels in one command after a reconnect. It is safe for concurrent use.
 type Set struct {
 	c       Subscriber

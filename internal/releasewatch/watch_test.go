@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // Join registers a waiter only on a channel that is subscribed and acknowledged already: it
@@ -15,7 +16,7 @@ func TestJoinOnlyWhereSubscribed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c := testserver.StartRedis(t).ClientT(t)
-	s := releasewatch.New(c, false)
+	s := releasewatch.New(redisconn.GoRedis(c), false)
 	defer s.Close()
 
 	w := releasewatch.NewWaiter()

@@ -1,0 +1,101 @@
+package redislayer
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/redisconn"
+)
+
+// CheckPrefix says why prefix cannot begin the keys of locks: a brace would break the hash tag
+// that keeps a lock's keys in one Cluster slot.
+func CheckPrefix(prefix string) error {
+	if strings.ContainsAny(prefix, "{}") {
+		return fmt.Errorf("%w: key prefix %q contains a brace, which would break the hash tag", fencelock.ErrInvalid, prefix)
+	}
+	return nil
+}
+
+// CheckName says why name cannot be locked. A name that starts with '}' would make the hash
+// tag of its keys empty, and Redis Cluster would then hash each key whole, into different
+// slots.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty lock name", fencelock.ErrInvalid)
+	case name[0] == '}':
+		return fmt.Errorf("%w: lock name %q starts with '}', which would empty its Cluster hash tag", fencelock.ErrInvalid, name)
+	}
+	return nil
+}
+
+// Key returns the key of the lock name: <prefix>{<name>}. The lock's other keys are this key
+// and a suffix, in the same slot.
+func Key(prefix, name string) string { return prefix + "{" + name + "}" }
+
+// Names returns the names of the locks under prefix whose names start with namePrefix, from
+// a SCAN of every master. It sees the keys there when each was scanned, not at one instant; a
+// name may come more than once.
+func Names(ctx context.Context, c redisconn.Conn, prefix, namePrefix string) ([]string, error) {
+	match := globEscape(prefix+"{"+namePrefix) + "*}"
+	var mu sync.Mutex // ForEachMaster may call at once for several masters
+	var names []string
+	err := c.ForEachMaster(ctx, func(ctx context.Context, n redisconn.Node) error {
+		return scan(ctx, n, match, func(key string) {
+			mu.Lock()
+			names = append(names, key[len(prefix)+1:len(key)-1])
+			mu.Unlock()
+		})
+	})
+	if err != nil {
+		return nil, Classify(err)
+	}
+	return names, nil
+}
+
+// scan calls found with each key of node n that matches match.
+func scan(ctx context.Context, n redisconn.Node, match string, found func(key string)) error {
+	cursor := "0"
+	for {
+		reply, err := redisconn.Slice(n.Do(ctx, "SCAN", cursor, "MATCH", match, "COUNT", 512))
+		if err != nil {
+			return err
+		}
+		if len(reply) != 2 {
+			return fmt.Errorf("%w: unexpected SCAN reply %v", fencelock.ErrUnavailable, reply)
+		}
+		keys, _ := reply[1].([]any)
+		for _, k := range keys {
+			if s, ok := k.(string); ok {
+				found(s)
+			}
+		}
+		switch c := reply[0].(type) {
+		case string:
+			cursor = c
+		case int64:
+			cursor = strconv.FormatInt(c, 10)
+		default:
+			return fmt.Errorf("%w: unexpected SCAN cursor %v", fencelock.ErrUnavailable, reply[0])
+		}
+		if cursor == "0" {
+			return nil
+		}
+	}
+}
+
+// globEscape escapes the characters SCAN MATCH treats as a pattern.
+func globEscape(s string) string {
+	var sb strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			sb.WriteByte('\\')
+		}
+		sb.WriteRune(r)
+	}
+	return sb.String()
+}

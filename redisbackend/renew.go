@@ -1,0 +1,50 @@
+package redisbackend
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/redislayer"
+	"github.com/fencelock/fencelock/redisconn"
+)
+
+// Renew implements fencelock.Backend. The leases go out as one batch, which a Cluster client
+// splits into one round trip per node.
+func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
+	errs := make([]fencelock.Renewal, len(leases))
+	calls := make([]redisconn.Call, 0, len(leases))
+	idx := make([]int, 0, len(leases))
+	for i, l := range leases {
+		if errs[i].Err = b.usable(l.Name); errs[i].Err == nil {
+			calls = append(calls, redisconn.Call{Script: renewScript, Keys: []string{b.Key(l.Name)}, Args: []any{l.Owner, b.ttlArg(l.TTL), l.Token, setTTL(l)}})
+			idx = append(idx, i)
+		}
+	}
+	if len(calls) > 0 {
+		b.c.EvalBatch(ctx, calls)
+	}
+	for k, c := range calls {
+		errs[idx[k]].Err = renewResult(leases[idx[k]].Name, c.Reply, c.Err)
+	}
+	return errs
+}
+
+// setTTL is renew.lua's ARGV[4] for l: the caller's holds when it sets the TTL, 0 to extend.
+func setTTL(l fencelock.Lease) int {
+	if l.Refresh {
+		return max(l.Holds, 1)
+	}
+	return 0
+}
+
+func renewResult(name string, reply any, err error) error {
+	n, err := redisconn.Int64(reply, err)
+	switch {
+	case err != nil:
+		return redislayer.Classify(err)
+	case n == 0:
+		return fmt.Errorf("%w: %q is no longer held by this owner in Redis", fencelock.ErrNotHeld, name)
+	}
+	return nil
+}
