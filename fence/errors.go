@@ -17,6 +17,10 @@ var ErrStale = errors.New("fence: stale token")
 // with detail; test for it with errors.Is.
 var ErrInvalid = errors.New("fence: invalid argument")
 
+// ErrNotFound is the error of Redis.Get for a key that holds no value. The error matches
+// redis.Nil too, as it did before ErrNotFound was added.
+var ErrNotFound = errors.New("fence: no value stored")
+
 // StaleError is returned when a guard refuses a write because Token is
 // older than the newest token already accepted for Resource.
 //

@@ -82,8 +82,8 @@ func (r *Redis) Set(ctx context.Context, key, value string, token int64) error {
 
 // Get returns the value and token stored under key by Set.
 //
-// A missing key returns an error wrapping redis.Nil: test for it with
-// errors.Is(err, redis.Nil), not ==. An empty key, a key holding another
+// A missing key returns an error matching ErrNotFound (and redis.Nil):
+// test for it with errors.Is(err, fence.ErrNotFound), not ==. An empty key, a key holding another
 // Redis type (WRONGTYPE) or a hash without the value and token fields
 // gives an error wrapping ErrInvalid.
 func (r *Redis) Get(ctx context.Context, key string) (value string, token int64, err error) {
@@ -92,7 +92,7 @@ func (r *Redis) Get(ctx context.Context, key string) (value string, token int64,
 	}
 	reply, err := r.c.Eval(ctx, getScript, []string{key})
 	if reply == nil && err == nil {
-		return "", 0, fmt.Errorf("fence: get redis key %q: %w", key, redis.Nil)
+		return "", 0, fmt.Errorf("%w: get redis key %q: %w", ErrNotFound, key, redis.Nil)
 	}
 	res, err := redisconn.Slice(reply, err)
 	if err != nil {

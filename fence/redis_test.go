@@ -40,8 +40,8 @@ func TestRedis(t *testing.T) {
 
 	t.Run("SetGet", func(t *testing.T) {
 		const k = "doc:1"
-		if _, _, err := g.Get(ctx, k); !errors.Is(err, redis.Nil) {
-			t.Fatalf("Get missing key = %v, want redis.Nil", err)
+		if _, _, err := g.Get(ctx, k); !errors.Is(err, redis.Nil) || !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Get missing key = %v, want ErrNotFound and redis.Nil", err)
 		}
 		if err := g.Set(ctx, k, "v10", 10); err != nil {
 			t.Fatal(err)

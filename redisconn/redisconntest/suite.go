@@ -37,17 +37,29 @@ type Dial func(t *testing.T, d Deployment) redisconn.Conn
 
 // Run runs the suite on each kind of deployment.
 func Run(t *testing.T, dial Dial) {
-	t.Run("single", func(t *testing.T) {
+	Deployments(t, func(t *testing.T, d Deployment) {
+		masters := 1
+		if d.Kind == Cluster {
+			masters = len(d.Addrs)
+		}
+		runOn(t, dial(t, d), d.Kind, masters)
+	})
+}
+
+// Deployments starts a single node, a Cluster of 3 masters and a Sentinel deployment with one
+// replica, one after the other, and runs fn on each in a subtest named after its kind.
+func Deployments(t *testing.T, fn func(t *testing.T, d Deployment)) {
+	t.Run(string(Single), func(t *testing.T) {
 		r := testserver.StartRedis(t)
-		runOn(t, dial(t, Deployment{Kind: Single, Addrs: []string{r.Addr}}), Single, 1)
+		fn(t, Deployment{Kind: Single, Addrs: []string{r.Addr}})
 	})
-	t.Run("cluster", func(t *testing.T) {
+	t.Run(string(Cluster), func(t *testing.T) {
 		c := testserver.StartCluster(t, 3)
-		runOn(t, dial(t, Deployment{Kind: Cluster, Addrs: c.Addrs}), Cluster, 3)
+		fn(t, Deployment{Kind: Cluster, Addrs: c.Addrs})
 	})
-	t.Run("sentinel", func(t *testing.T) {
+	t.Run(string(Sentinel), func(t *testing.T) {
 		s := testserver.StartSentinel(t)
-		runOn(t, dial(t, Deployment{Kind: Sentinel, Addrs: s.SentinelAddrs, MasterName: s.MasterName}), Sentinel, 1)
+		fn(t, Deployment{Kind: Sentinel, Addrs: s.SentinelAddrs, MasterName: s.MasterName})
 	})
 }
 

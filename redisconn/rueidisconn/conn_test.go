@@ -1,0 +1,110 @@
+package rueidisconn_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/fencelocktest"
+	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisbackend"
+	"github.com/fencelock/fencelock/redisconn"
+	"github.com/fencelock/fencelock/redisconn/redisconntest"
+	"github.com/fencelock/fencelock/redisconn/rueidisconn"
+	"github.com/fencelock/fencelock/redlock"
+)
+
+// testserver keeps one OS thread per server process, tied to the parent-death signal that
+// kills the servers with the test binary.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/fencelock/fencelock/internal/testserver.spawn.func1.1"))
+}
+
+func dial(t *testing.T, d redisconntest.Deployment) redisconn.Conn {
+	opt := rueidis.ClientOption{InitAddress: d.Addrs}
+	if d.Kind == redisconntest.Sentinel {
+		opt.Sentinel = rueidis.SentinelOption{MasterSet: d.MasterName}
+	}
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	return rueidisconn.New(client)
+}
+
+// The Conn does what redisconn promises, on every kind of deployment.
+func TestConn(t *testing.T) { redisconntest.Run(t, dial) }
+
+var del = redisconn.NewScript(`-- KEYS: the keys to delete
+return redis.call('DEL', unpack(KEYS))
+`)
+
+// redisbackend on a rueidis client keeps every promise of a fencelock backend.
+func TestBackendConformance(t *testing.T) {
+	redisconntest.Deployments(t, func(t *testing.T, d redisconntest.Deployment) {
+		c := dial(t, d)
+		fencelocktest.Run(t, fencelocktest.Target{
+			New: func(t *testing.T) fencelock.Backend { return redisbackend.New(c) },
+			TTL: time.Second,
+			Drop: func(t *testing.T, name string) {
+				if _, err := c.Eval(context.Background(), del, []string{redisbackend.New(c).Key(name)}); err != nil {
+					t.Fatal(err)
+				}
+			},
+		})
+	})
+}
+
+// Redlock runs on rueidis clients to independent nodes.
+func TestRedlockConformance(t *testing.T) {
+	var conns []redisconn.Client
+	for range 3 {
+		r := testserver.StartRedis(t)
+		conns = append(conns, dial(t, redisconntest.Deployment{Kind: redisconntest.Single, Addrs: []string{r.Addr}}))
+	}
+	fencelocktest.Run(t, fencelocktest.Target{
+		New: func(t *testing.T) fencelock.Backend {
+			b := redlock.New(conns, redlock.WithNodeTimeout(200*time.Millisecond))
+			t.Cleanup(func() { _ = b.Close() })
+			return b
+		},
+		TTL: time.Second,
+		Drop: func(t *testing.T, name string) {
+			key := redlock.New(conns).Key(name)
+			for _, c := range conns {
+				if _, err := c.(redisconn.Conn).Eval(context.Background(), del, []string{key}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+	})
+}
+
+// fence.Redis guards values on a rueidis client as on go-redis.
+func TestFence(t *testing.T) {
+	ctx := context.Background()
+	r := testserver.StartRedis(t)
+	g, err := fence.NewRedis(dial(t, redisconntest.Deployment{Kind: redisconntest.Single, Addrs: []string{r.Addr}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Set(ctx, "stock", "9", 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Set(ctx, "stock", "8", 6); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a stale token: got %v, want ErrStale", err)
+	}
+	if v, tok, err := g.Get(ctx, "stock"); err != nil || v != "9" || tok != 7 {
+		t.Fatalf("Get: %q %d %v, want 9 7", v, tok, err)
+	}
+	if _, _, err := g.Get(ctx, "missing"); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatalf("a missing key: got %v, want ErrNotFound", err)
+	}
+}
