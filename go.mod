@@ -3,7 +3,6 @@ module github.com/fencelock/fencelock
 go 1.26.8
 
 require (
-	github.com/lib/pq v1.12.3
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
 )

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -93,6 +94,44 @@ func TestDoctorSafeServerPasses(t *testing.T) {
 		if f := findingOf(t, rep, check, srv.Addr); f.Severity != sevOK {
 			t.Errorf("%s finding %+v, want ok", check, f)
 		}
+	}
+}
+
+// TestDoctorNamesTheServer checks that the topology finding names the server by what it is:
+// Valkey answers INFO with redis_version 7.2.4 beside its own valkey_version.
+func TestDoctorNamesTheServer(t *testing.T) {
+	for _, tc := range []struct{ flavor, name, versionField string }{
+		{"redis", "Redis server", "redis_version"},
+		{"valkey", "Valkey server", "valkey_version"},
+	} {
+		t.Run(tc.flavor, func(t *testing.T) {
+			t.Setenv(testserver.FlavorEnv, tc.flavor) // no t.Parallel: it reads the environment
+			srv, err := testserver.NewRedis()
+			if errors.Is(err, testserver.ErrNotInstalled) {
+				t.Skipf("no %s to start (scripts/test installs it): %v", tc.name, err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = srv.Close() })
+			info, err := srv.ClientT(t).Info(context.Background(), "server").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			version := parseInfo(info)[tc.versionField]
+			if version == "" {
+				t.Fatalf("INFO server has no %s:\n%s", tc.versionField, info)
+			}
+
+			rep, r := doctorJSON(t, "redis://"+srv.Addr)
+			if r.code != 0 {
+				t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			want := "one " + tc.name + " (version " + version + ")"
+			if f := findingOf(t, rep, "topology", srv.Addr); !strings.HasPrefix(f.Message, want) {
+				t.Errorf("topology finding %q, want it to begin %q", f.Message, want)
+			}
+		})
 	}
 }
 

@@ -33,9 +33,19 @@ func singleTopology(n *redisNode) []finding {
 		f.Message = "this is a Sentinel, not a data server: locks cannot be kept here. Use redis+sentinel://host:port/master."
 	default:
 		f.Severity = sevInfo
-		f.Message = fmt.Sprintf("one Redis server (version %s): an efficiency lock. A restart, an eviction or a failover can let two holders overlap; check fencing tokens at the store where an overlap costs money, and use etcd or Redlock for a lock that survives losing a node.", cmp.Or(n.info["redis_version"], "unknown"))
+		f.Message = fmt.Sprintf("one %s: an efficiency lock. A restart, an eviction or a failover can let two holders overlap; check fencing tokens at the store where an overlap costs money, and use etcd or Redlock for a lock that survives losing a node.", serverName(n.info))
 	}
 	return []finding{f}
+}
+
+// serverName says which server INFO describes, and its version. Valkey names itself in
+// server_name and keeps redis_version at the Redis it is compatible with (7.2.4 for Valkey
+// 8.0.1), so its own version is valkey_version; Redis has no server_name.
+func serverName(info map[string]string) string {
+	if info["server_name"] == "valkey" {
+		return fmt.Sprintf("Valkey server (version %s)", cmp.Or(info["valkey_version"], "unknown"))
+	}
+	return fmt.Sprintf("Redis server (version %s)", cmp.Or(info["redis_version"], "unknown"))
 }
 
 func auditCluster(ctx context.Context, c *redis.ClusterClient, ttl time.Duration) ([]finding, error) {

@@ -43,7 +43,11 @@ func NewCluster(masters int) (*Cluster, error) {
 	if masters < 3 {
 		return nil, fmt.Errorf("testserver: a Redis Cluster needs at least 3 masters, got %d", masters)
 	}
-	cli, err := lookBinary("redis-cli", "redis-tools")
+	f, err := currentFlavor()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := f.cliBinary()
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +80,7 @@ func NewCluster(masters int) (*Cluster, error) {
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	if out, err := runSpawned(exec.CommandContext(ctx, cli, args...)); err != nil {
-		return nil, fmt.Errorf("testserver: redis-cli --cluster create: %v\n%s", err, out)
+		return nil, fmt.Errorf("testserver: %s --cluster create: %v\n%s", f.cli, err, out)
 	}
 	if err := c.waitReady(ctx); err != nil {
 		return nil, err

@@ -75,7 +75,11 @@ func NewReplicatedCluster(masters int) (*ReplicatedCluster, error) {
 	if masters < 3 {
 		return nil, fmt.Errorf("testserver: a Redis Cluster needs at least 3 masters, got %d", masters)
 	}
-	cli, err := lookBinary("redis-cli", "redis-tools")
+	f, err := currentFlavor()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := f.cliBinary()
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +127,7 @@ func NewReplicatedCluster(masters int) (*ReplicatedCluster, error) {
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	if out, err := runSpawned(exec.CommandContext(ctx, cli, args...)); err != nil {
-		return nil, fmt.Errorf("testserver: redis-cli --cluster create: %v\n%s", err, out)
+		return nil, fmt.Errorf("testserver: %s --cluster create: %v\n%s", f.cli, err, out)
 	}
 	for _, n := range c.Nodes {
 		id, err := nodeDo(ctx, n.Addr, "CLUSTER", "MYID").Text()

@@ -1,10 +1,13 @@
 package testserver
 
 import (
+	"bufio"
 	"context"
-	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -15,14 +18,15 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-
-	_ "github.com/lib/pq" // registers the "postgres" driver used for readiness checks
+	"time"
 )
 
 // PostgresUser is the superuser initdb creates; it needs no password.
 const PostgresUser = "fencelock"
 
-// Postgres is a throwaway PostgreSQL cluster on 127.0.0.1.
+// Postgres is a throwaway PostgreSQL cluster on 127.0.0.1. This package starts it without a
+// PostgreSQL driver (see pgSession), so the root module needs none; a test opens its own
+// database/sql handle on DSN or URL with the driver its own module requires.
 type Postgres struct {
 	// DSN is in lib/pq key=value form; database "postgres", no TLS.
 	DSN     string
@@ -219,15 +223,13 @@ func (p *Postgres) tryStart(binDir string, cred *syscall.Credential) (retry bool
 	if err := p.proc.start(); err != nil {
 		return false, err
 	}
-	db, err := sql.Open("postgres", p.DSN)
-	if err != nil {
-		_ = p.proc.kill()
-		return false, fmt.Errorf("testserver: %w", err)
-	}
-	defer db.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	err = p.proc.waitReady(context.Background(), func(ctx context.Context) error {
-		var one int
-		return db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+		c, err := pgSession(ctx, addr)
+		if err != nil {
+			return err
+		}
+		return pgTerminate(c)
 	})
 	if err != nil {
 		_ = p.proc.kill()
@@ -236,10 +238,9 @@ func (p *Postgres) tryStart(binDir string, cred *syscall.Credential) (retry bool
 	return false, nil
 }
 
-// DB opens a database/sql handle (driver "postgres", lib/pq); the caller
-// closes it.
-func (p *Postgres) DB() (*sql.DB, error) {
-	return sql.Open("postgres", p.DSN)
+// PID is the process id of the postmaster, 0 if never started.
+func (p *Postgres) PID() int {
+	return p.proc.pid()
 }
 
 // URL is the DSN in postgres:// form, for drivers that only take URLs.
@@ -263,4 +264,73 @@ func (p *Postgres) Close() error {
 // LogTail returns the last lines of the server log, for debugging.
 func (p *Postgres) LogTail() string {
 	return strings.TrimSpace(p.proc.logTail())
+}
+
+// pgSession opens a session as PostgresUser on database postgres the way a client does, up to
+// the server's ReadyForQuery, speaking just enough of the PostgreSQL protocol (3.0) to do it,
+// as pingRESP does for Redis: a server still starting refuses the session (SQLSTATE 57P03),
+// and one that accepts it takes queries. The caller ends the session with pgTerminate.
+func pgSession(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	params := "user\x00" + PostgresUser + "\x00database\x00postgres\x00\x00"
+	startup := binary.BigEndian.AppendUint32(nil, uint32(8+len(params)))
+	startup = binary.BigEndian.AppendUint32(startup, 3<<16) // protocol 3.0
+	if _, err := c.Write(append(startup, params...)); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if err := pgAwaitReady(bufio.NewReader(c)); err != nil {
+		c.Close()
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// pgAwaitReady reads the server's messages after a startup message until ReadyForQuery.
+func pgAwaitReady(r *bufio.Reader) error {
+	for {
+		var head [5]byte // the type, then a length that counts itself
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return err
+		}
+		n := binary.BigEndian.Uint32(head[1:])
+		if n < 4 || n > 1<<20 {
+			return fmt.Errorf("postgres sent a %q message of length %d", head[0], n)
+		}
+		body := make([]byte, n-4)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return err
+		}
+		switch head[0] {
+		case 'Z': // ReadyForQuery
+			return nil
+		case 'R': // an authentication request; 0 is AuthenticationOk, all that trust sends
+			if len(body) < 4 || binary.BigEndian.Uint32(body) != 0 {
+				return fmt.Errorf("postgres asks for authentication (request % x), which initdb -A trust should have turned off", body)
+			}
+		case 'E': // ErrorResponse: fields of a type byte and a string each
+			fields := map[byte]string{}
+			for _, f := range strings.Split(string(body), "\x00") {
+				if f != "" {
+					fields[f[0]] = f[1:]
+				}
+			}
+			return fmt.Errorf("postgres: %s (SQLSTATE %s)", fields['M'], fields['C'])
+		}
+		// ParameterStatus, BackendKeyData and notices say nothing about readiness.
+	}
+}
+
+// pgTerminate ends a session politely (Terminate) and closes its connection.
+func pgTerminate(c net.Conn) error {
+	_, err := c.Write([]byte{'X', 0, 0, 0, 4})
+	return errors.Join(err, c.Close())
 }

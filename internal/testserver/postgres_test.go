@@ -2,40 +2,14 @@ package testserver
 
 import (
 	"context"
+	"net"
 	"os"
+	"strconv"
 	"testing"
 )
 
-func TestPostgresSelect(t *testing.T) {
-	t.Parallel()
-	p := StartPostgres(t)
-	db, err := p.DB()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ctx := context.Background()
-	var one int
-	if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
-		t.Fatalf("SELECT 1 = %d, %v", one, err)
-	}
-	// The connecting user is the superuser initdb created, so tests can
-	// create schemas freely.
-	var user string
-	var super bool
-	if err := db.QueryRowContext(ctx, "SELECT current_user, usesuper FROM pg_user WHERE usename = current_user").Scan(&user, &super); err != nil {
-		t.Fatal(err)
-	}
-	if user != PostgresUser || !super {
-		t.Fatalf("connected as %q (superuser %v), want superuser %q", user, super, PostgresUser)
-	}
-	if _, err := db.ExecContext(ctx, "CREATE TABLE t (id bigint PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, "INSERT INTO t VALUES (1)"); err != nil {
-		t.Fatal(err)
-	}
-}
+// The tests that query the server through a driver live in the module internal/pgtest, which
+// requires lib/pq; these need none.
 
 func TestPostgresClose(t *testing.T) {
 	t.Parallel()
@@ -43,16 +17,13 @@ func TestPostgresClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := p.proc.pid()
-	db, err := p.DB()
+	pid := p.PID()
+	// An open client session must not hold up shutdown.
+	c, err := pgSession(context.Background(), net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	// An open client connection must not hold up shutdown.
-	if err := db.PingContext(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	defer c.Close()
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}

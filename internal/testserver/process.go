@@ -57,8 +57,8 @@ func lookBinary(name, debianPkg string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("testserver: %s not found in PATH or /usr/bin: install the Debian package %s (apt-get install %s)",
-		name, debianPkg, debianPkg)
+	return "", fmt.Errorf("%w: %s not found in PATH or /usr/bin: install the Debian package %s (apt-get install %s)",
+		ErrNotInstalled, name, debianPkg, debianPkg)
 }
 
 // spawnReqs feeds the spawner goroutine. Pdeathsig fires when the *thread*

@@ -18,7 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis is one redis-server (or redis-sentinel) process on 127.0.0.1.
+// Redis is one redis-server process (or valkey-server, see FlavorEnv), a data node or a
+// sentinel, on 127.0.0.1.
 type Redis struct {
 	Addr string // "127.0.0.1:port"
 	Port int
@@ -48,7 +49,7 @@ func NewRedis(extraArgs ...string) (*Redis, error) {
 	return newRedisServer(redisSpec{kind: "redis", extra: extraArgs})
 }
 
-// redisSpec describes how to launch one redis-server or redis-sentinel.
+// redisSpec describes how to launch one data node or sentinel.
 type redisSpec struct {
 	kind     string // "redis", "cluster" or "sentinel": names the temp dir and log
 	extra    []string
@@ -58,7 +59,11 @@ type redisSpec struct {
 }
 
 func newRedisServer(spec redisSpec) (*Redis, error) {
-	bin, err := redisBinary(spec.sentinel)
+	f, err := currentFlavor()
+	if err != nil {
+		return nil, err
+	}
+	bin, err := f.serverBinary()
 	if err != nil {
 		return nil, err
 	}
@@ -88,13 +93,6 @@ func newRedisServer(spec redisSpec) (*Redis, error) {
 	return nil, lastErr
 }
 
-func redisBinary(sentinel bool) (string, error) {
-	if sentinel {
-		return lookBinary("redis-sentinel", "redis-sentinel")
-	}
-	return lookBinary("redis-server", "redis-server")
-}
-
 // tryStartRedis starts the server on a fresh port; retry reports whether the
 // failure was a port collision worth another attempt.
 func tryStartRedis(bin, dir string, leading []string, spec redisSpec) (r *Redis, retry bool, err error) {
@@ -110,6 +108,11 @@ func tryStartRedis(bin, dir string, leading []string, spec redisSpec) (r *Redis,
 	os.Remove(outPath)
 
 	args := append([]string{}, leading...)
+	if spec.sentinel {
+		// The server binary runs a sentinel with --sentinel after the config file, in Redis
+		// and Valkey alike, so neither needs its sentinel package.
+		args = append(args, "--sentinel")
+	}
 	args = append(args,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",

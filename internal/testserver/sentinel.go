@@ -95,10 +95,6 @@ func NewSentinel() (*Sentinel, error) { return NewSentinelConfig(SentinelConfig{
 // NewSentinelConfig is StartSentinelConfig without a testing.TB; the caller
 // must Close it.
 func NewSentinelConfig(cfg SentinelConfig) (*Sentinel, error) {
-	// Fail before starting anything when the sentinel binary is missing.
-	if _, err := redisBinary(true); err != nil {
-		return nil, err
-	}
 	if cfg.Replicas <= 0 {
 		cfg.Replicas = 1
 	}

@@ -1,4 +1,4 @@
-package fence
+package pgtest
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
 // fencedWrite is what the package documentation tells a caller to do at isolation level iso:
 // check the token and write in one transaction, and what to do with a serialization failure.
 // tries counts the transactions it ran; first is the first one's error.
-func fencedWrite(ctx context.Context, db *sql.DB, s *SQL, iso sql.IsolationLevel, r string, token int64, tries *int, first *error) error {
+func fencedWrite(ctx context.Context, db *sql.DB, s *fence.SQL, iso sql.IsolationLevel, r string, token int64, tries *int, first *error) error {
 	for {
 		*tries++
 		err := func() error {
@@ -33,7 +34,7 @@ func fencedWrite(ctx context.Context, db *sql.DB, s *SQL, iso sql.IsolationLevel
 		if *tries == 1 {
 			*first = err
 		}
-		if IsSerializationFailure(err) && *tries < 5 {
+		if fence.IsSerializationFailure(err) && *tries < 5 {
 			continue // documented: roll back and run the whole transaction again
 		}
 		return err
@@ -51,7 +52,7 @@ func TestSQLIsolationLevels(t *testing.T) {
 	}
 	t.Cleanup(func() { db.Close() })
 	ctx := context.Background()
-	var s SQL
+	var s fence.SQL
 	if err := s.CreateTable(ctx, db); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestSQLIsolationLevels(t *testing.T) {
 				switch {
 				case second == 6 && err != nil:
 					t.Fatalf("the newer token's write: %v (first try: %v)", err, firstErr)
-				case second == 5 && !errors.Is(err, ErrStale):
+				case second == 5 && !errors.Is(err, fence.ErrStale):
 					t.Fatalf("the older token's write: %v, want ErrStale (first try: %v)", err, firstErr)
 				}
 				var v int64
@@ -104,7 +105,7 @@ func TestSQLIsolationLevels(t *testing.T) {
 					t.Fatalf("final value %d, latest token %d (%v); want 6 and 6", v, latest, err)
 				}
 				wantRetry := iso != sql.LevelReadCommitted
-				if IsSerializationFailure(firstErr) != wantRetry {
+				if fence.IsSerializationFailure(firstErr) != wantRetry {
 					t.Fatalf("first try at %v: %v; serialization failure expected: %v", iso, firstErr, wantRetry)
 				}
 				t.Logf("%d transaction(s); the first: %v", tries, firstErr)
@@ -123,7 +124,7 @@ func TestSQLRepeatableReadSnapshot(t *testing.T) {
 	}
 	t.Cleanup(func() { db.Close() })
 	ctx := context.Background()
-	var s SQL
+	var s fence.SQL
 	if err := s.CreateTable(ctx, db); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestSQLRepeatableReadSnapshot(t *testing.T) {
 	if err := s.Update(ctx, db, "snap", 7, nop); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Check(ctx, tx, "snap", 8); !IsSerializationFailure(err) {
+	if err := s.Check(ctx, tx, "snap", 8); !fence.IsSerializationFailure(err) {
 		t.Fatalf("Check of a newer token on a row changed since the snapshot: %v, want a serialization failure", err)
 	}
 }
