@@ -5,7 +5,7 @@
 //	...
 //	locker := fencelock.New(redisbackend.New(rueidisconn.New(client)))
 //
-// It is a module of its own, so that programs that use go-redis never download rueidis. A
+// It is a module of its own, so that programs that use go-redis never download it. A
 // single node, a Sentinel deployment and a Cluster all work; the Conn never closes the client.
 package rueidisconn
 
