@@ -3,6 +3,8 @@ package rueidisconn_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -20,10 +22,27 @@ import (
 	"github.com/fencelock/fencelock/redlock"
 )
 
-// testserver keeps one OS thread per server process, tied to the parent-death signal that
-// kills the servers with the test binary.
+// exampleAddr is the address of the redis-server the examples run against.
+var exampleAddr string
+
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/fencelock/fencelock/internal/testserver.spawn.func1.1"))
+	r, err := testserver.NewRedis()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	exampleAddr = r.Addr
+	code := m.Run()
+	_ = r.Close()
+	if code == 0 {
+		// testserver keeps one OS thread per server process, tied to the parent-death signal
+		// that kills the servers with the test binary.
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/fencelock/fencelock/internal/testserver.spawn.func1.1")); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func dial(t *testing.T, d redisconntest.Deployment) redisconn.Conn {
