@@ -6,7 +6,10 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fencelock"
+	"github.com/redis/rueidis"
+
 	"github.com/fencelock/fencelock/redisbackend"
+	"github.com/fencelock/fencelock/redisconn/rueidisconn"
 )
 
 func init() {
@@ -29,6 +32,19 @@ func init() {
 		},
 	})
 	register(&Entry{
+		Library: "fencelock", Setting: rueidisSetting,
+		Waits: true, Uncontended: true,
+		Note: "fencelock (rueidis adapter): redisbackend on rueidisconn over one rueidis client (its defaults: auto-pipelining, client-side caching)",
+		New: func(addrs []string) (Contender, error) {
+			client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addrs[0]}})
+			if err != nil {
+				return nil, err
+			}
+			closeClient := func() error { client.Close(); return nil }
+			return &fencelockContender{locker: fencelock.New(redisbackend.New(rueidisconn.New(client))), closers: []func() error{closeClient}}, nil
+		},
+	})
+	register(&Entry{
 		Library: "fencelock", Setting: "WithRetry(LinearBackoff(1ms))",
 		Waits: true,
 		New: func(addrs []string) (Contender, error) {
@@ -41,6 +57,9 @@ func init() {
 		},
 	})
 }
+
+// rueidisSetting names the entry of fencelock on the rueidis adapter.
+const rueidisSetting = "rueidis adapter"
 
 // pipelined is the setting of the pipelining entry: calls on their own in flight at most. Its
 // best value here was between 6 and 8 for 32 goroutines.

@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/bsm/redislock v0.9.4
 	github.com/fencelock/fencelock v0.0.0
+	github.com/fencelock/fencelock/redisconn/rueidisconn v0.0.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
@@ -21,7 +22,6 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.27.7 // indirect
-	github.com/lib/pq v1.12.3 // indirect
 	github.com/mattn/go-colorable v0.1.13 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
@@ -57,3 +57,5 @@ require (
 )
 
 replace github.com/fencelock/fencelock => ../
+
+replace github.com/fencelock/fencelock/redisconn/rueidisconn => ../redisconn/rueidisconn

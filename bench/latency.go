@@ -15,6 +15,7 @@ type latencyRow struct {
 	cycles        int
 	p50, p90, p99 time.Duration
 	allocs, bytes float64 // per cycle, net of the background
+	serverUs      float64 // CPU time of the redis-server processes per cycle, in µs
 	background    rate    // what the process allocates per second while idle
 	failures      int
 	firstErr      error
@@ -25,7 +26,7 @@ type latencyRow struct {
 // each step, so that drift on the machine, and the garbage one contender leaves for the next
 // to collect, hit all alike. Allocations are counted in a pass of their own, a contender at a
 // time, as runtime.MemStats deltas less the process's idle background.
-func runLatency(ctx context.Context, cfg *config, es []*Entry, addrs []string, cycles int, tag string) ([]latencyRow, error) {
+func runLatency(ctx context.Context, cfg *config, es []*Entry, addrs []string, pids []int, cycles int, tag string) ([]latencyRow, error) {
 	cs, err := connectAll(es, addrs)
 	if err != nil {
 		return nil, err
@@ -41,7 +42,7 @@ func runLatency(ctx context.Context, cfg *config, es []*Entry, addrs []string, c
 			}
 		}
 	}
-	if err := countAllocs(ctx, cs, rows, min(cycles, allocCycles), tag); err != nil {
+	if err := countAllocs(ctx, cs, rows, pids, min(cycles, allocCycles), tag); err != nil {
 		return nil, err
 	}
 	samples := make([]durations, len(es))
@@ -88,8 +89,12 @@ func runLatency(ctx context.Context, cfg *config, es []*Entry, addrs []string, c
 const allocCycles = 2000
 
 // countAllocs runs n cycles of each contender in turn and sets rows' allocs and bytes per
-// cycle: runtime.MemStats deltas, less what the process allocates meanwhile while idle.
-func countAllocs(ctx context.Context, cs []Contender, rows []latencyRow, n int, tag string) error {
+// cycle: runtime.MemStats deltas, less what the process allocates meanwhile while idle. It
+// sets their server CPU per cycle too: the scheduler's count of the CPU time of the servers
+// the contender uses (pids, in the order of the addresses), which covers reading, parsing and
+// running the commands and writing the replies. (INFO commandstats would count each command a
+// script calls twice: in the script's time and in the command's own.)
+func countAllocs(ctx context.Context, cs []Contender, rows []latencyRow, pids []int, n int, tag string) error {
 	bg, err := background(ctx)
 	if err != nil {
 		return err
@@ -100,6 +105,7 @@ func countAllocs(ctx context.Context, cs []Contender, rows []latencyRow, n int, 
 		for k := range names {
 			names[k] = tag + ":allocs:" + strconv.Itoa(i) + ":" + strconv.Itoa(k)
 		}
+		server0 := serverCPU(pids[:rows[i].entry.Nodes])
 		runtime.ReadMemStats(&m0)
 		start := time.Now()
 		for _, name := range names {
@@ -112,11 +118,21 @@ func countAllocs(ctx context.Context, cs []Contender, rows []latencyRow, n int, 
 		}
 		took := time.Since(start).Seconds()
 		runtime.ReadMemStats(&m1)
+		rows[i].serverUs = (serverCPU(pids[:rows[i].entry.Nodes]) - server0) * 1e6 / float64(n)
 		rows[i].background = bg
 		rows[i].allocs = max(float64(m1.Mallocs-m0.Mallocs)-bg.allocs*took, 0) / float64(n)
 		rows[i].bytes = max(float64(m1.TotalAlloc-m0.TotalAlloc)-bg.bytes*took, 0) / float64(n)
 	}
 	return nil
+}
+
+// serverCPU is the CPU time, in seconds, that the processes pids have used.
+func serverCPU(pids []int) float64 {
+	var s float64
+	for _, p := range pids {
+		s += procCPU(p)
+	}
+	return s
 }
 
 // rate is allocations and bytes per second.

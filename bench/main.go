@@ -118,7 +118,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		f    func() error
 	}{
 		{"latency", func() (err error) {
-			rep.latency, err = runLatency(ctx, cfg, uncontended, addrs, cfg.cycles, "lat")
+			rep.latency, err = runLatency(ctx, cfg, uncontended, addrs, srv.pids(), cfg.cycles, "lat")
 			return err
 		}},
 		{"throughput", func() (err error) {
@@ -141,7 +141,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 			if err := srv.pin(); err != nil {
 				return err
 			}
-			rep.redlock, err = runRedlock(ctx, cfg, es, five)
+			rep.redlock, err = runRedlock(ctx, cfg, es, five, srv.pids())
 			return err
 		}},
 		{"watchdog", func() (err error) {

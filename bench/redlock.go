@@ -15,7 +15,7 @@ type redlockRow struct {
 // runRedlock measures uncontended cycles of every library that has a 5-node (Redlock)
 // entry, on 5 nodes and on node 0 alone, interleaved like the latency scenario, with the
 // floor on node 0 for reference.
-func runRedlock(ctx context.Context, cfg *config, es []*Entry, addrs []string) ([]redlockRow, error) {
+func runRedlock(ctx context.Context, cfg *config, es []*Entry, addrs []string, pids []int) ([]redlockRow, error) {
 	var run []*Entry
 	var libs []string
 	for _, e := range es {
@@ -38,7 +38,7 @@ func runRedlock(ctx context.Context, cfg *config, es []*Entry, addrs []string) (
 	if len(libs) == 0 {
 		return nil, nil
 	}
-	lat, err := runLatency(ctx, cfg, run, addrs, cfg.redlockCycles, "rl")
+	lat, err := runLatency(ctx, cfg, run, addrs, pids, cfg.redlockCycles, "rl")
 	if err != nil {
 		return nil, err
 	}

@@ -97,6 +97,11 @@ func isFencelockDefault(e *Entry) bool {
 	return e.Library == "fencelock" && e.Nodes == 1 && e.Uncontended && strings.HasPrefix(e.Setting, "defaults")
 }
 
+// isFencelockOn says whether e is fencelock in the given setting, on one node.
+func isFencelockOn(e *Entry, setting string) bool {
+	return e.Library == "fencelock" && e.Nodes == 1 && e.Setting == setting
+}
+
 func (r *report) summary(sb *strings.Builder) {
 	sb.WriteString("## Against the targets\n\n")
 	sb.WriteString("fencelock with its defaults (wake on release) against the targets set for it; \"best peer\" is\n" +
@@ -110,7 +115,7 @@ func (r *report) summary(sb *strings.Builder) {
 	}
 	if len(r.latency) > 0 {
 		floor := r.latency[0].p50
-		var fl *latencyRow
+		var fl, bsm *latencyRow
 		bestRatio, bestAllocs, bestR, bestA := 0.0, 0.0, "", ""
 		for i := range r.latency {
 			row := &r.latency[i]
@@ -120,6 +125,9 @@ func (r *report) summary(sb *strings.Builder) {
 			rt := float64(row.p50) / float64(floor)
 			if isFencelockDefault(row.entry) {
 				fl = row
+			}
+			if row.entry.Library == "bsm/redislock" && bsm == nil {
+				bsm = row
 			}
 			if row.entry.Library == "fencelock" || row.entry.Reference {
 				continue
@@ -134,13 +142,18 @@ func (r *report) summary(sb *strings.Builder) {
 		if fl != nil {
 			rt := float64(fl.p50) / float64(floor)
 			rows = append(rows,
-				[]string{"uncontended obtain+release p50, × floor", fmt.Sprintf("%.2f×", rt), fmt.Sprintf("%.2f× %s", bestRatio, bestR), "≤ 1.03×", verdict(rt <= 1.03)},
+				[]string{"uncontended obtain+release p50, × floor", fmt.Sprintf("%.2f×", rt), fmt.Sprintf("%.2f× %s", bestRatio, bestR), "≤ 1.10× and ≤ best peer + 5%", verdict(rt <= 1.10 && rt <= bestRatio*1.05)},
 				[]string{"allocations per cycle", fmt.Sprintf("%.1f", fl.allocs), fmt.Sprintf("%.1f %s", bestAllocs, bestA), "≤ 34", verdict(math.Round(fl.allocs*10)/10 <= 34)})
+			if bsm != nil && bsm.serverUs > 0 {
+				rt := fl.serverUs / bsm.serverUs
+				rows = append(rows, []string{"Redis server CPU per uncontended cycle, × bsm/redislock's", fmt.Sprintf("%.1f µs, %.2f×", fl.serverUs, rt),
+					fmt.Sprintf("%.1f µs %s", bsm.serverUs, bsm.entry.Label()), "≤ 1.3×", verdict(rt <= 1.3)})
+			}
 		}
 	}
 	if len(r.throughput) > 0 {
 		floor := r.throughput[0].perSec
-		var fl, piped *throughputRow
+		var fl, onRueidis, rueidislock *throughputRow
 		best, bestL := 0.0, ""
 		for i := range r.throughput {
 			row := &r.throughput[i]
@@ -148,20 +161,26 @@ func (r *report) summary(sb *strings.Builder) {
 			case row.entry.Floor:
 			case isFencelockDefault(row.entry):
 				fl = row
-			case row.entry.Library == "fencelock" && row.entry.Nodes == 1:
-				piped = row
-			case row.entry.Reference:
-			case row.perSec > best:
-				best, bestL = row.perSec, row.entry.Label()
+			case isFencelockOn(row.entry, rueidisSetting):
+				onRueidis = row
+			case row.entry.Library == "fencelock" || row.entry.Reference:
+			default:
+				if row.entry.Library == "rueidislock" && row.entry.Setting == "KeyMajority 1" {
+					rueidislock = row
+				}
+				if row.perSec > best {
+					best, bestL = row.perSec, row.entry.Label()
+				}
 			}
 		}
 		if fl != nil {
 			rt := fl.perSec / floor
 			rows = append(rows, []string{fmt.Sprintf("throughput, %d goroutines, × floor", r.cfg.goroutines), fmt.Sprintf("%.2f×", rt), fmt.Sprintf("%.2f× %s", best/floor, bestL), "≥ 1.0×", verdict(rt >= 1.0)})
 		}
-		if piped != nil {
-			rt := piped.perSec / floor
-			rows = append(rows, []string{fmt.Sprintf("throughput, %d goroutines, × floor, %s", r.cfg.goroutines, piped.entry.Setting), fmt.Sprintf("%.2f×", rt), fmt.Sprintf("%.2f× %s", best/floor, bestL), "a path past 1.3×", verdict(rt > 1.3)})
+		if onRueidis != nil && rueidislock != nil {
+			rt := onRueidis.perSec / floor
+			rows = append(rows, []string{fmt.Sprintf("throughput, %d goroutines, × floor, %s", r.cfg.goroutines, rueidisSetting), fmt.Sprintf("%.2f×", rt),
+				fmt.Sprintf("%.2f× %s", rueidislock.perSec/floor, rueidislock.entry.Label()), "≥ rueidislock (KeyMajority 1)", verdict(onRueidis.perSec >= rueidislock.perSec)})
 		}
 	}
 	if len(r.contention) > 0 {
@@ -171,7 +190,7 @@ func (r *report) summary(sb *strings.Builder) {
 			row := &r.contention[i]
 			switch {
 			case row.entry.Floor:
-			case row.entry.Library == "fencelock" && row.entry.Uncontended:
+			case isFencelockDefault(row.entry):
 				fl = row
 			case row.entry.Library != "fencelock" && row.changesPerSec > best:
 				best, bestJ, bestL = row.changesPerSec, row.jain, row.entry.Label()
@@ -191,7 +210,7 @@ func (r *report) summary(sb *strings.Builder) {
 			row := &r.handoff[i]
 			switch {
 			case row.entry.Floor || row.samples == 0:
-			case row.entry.Library == "fencelock" && row.entry.Uncontended:
+			case isFencelockDefault(row.entry):
 				fl = row
 			case row.entry.Library != "fencelock" && (bestL == "" || row.p50 < best):
 				best, bestL = row.p50, row.entry.Label()
@@ -271,15 +290,18 @@ func (r *report) sections(sb *strings.Builder) {
 			"random order each time. Allocations and bytes are runtime.MemStats deltas over %d cycles of\n"+
 			"one contender at a time, less what the process allocates while every contender sits idle\n"+
 			"(%.0f allocations and %.0f bytes a second, measured for %v), pro rata of the time the\n"+
-			"cycles took.\n\n", r.latency[0].cycles, cfg.warmup, min(r.latency[0].cycles, allocCycles),
+			"cycles took. Server CPU is the redis-server process's CPU time over those same cycles, from\n"+
+			"the scheduler's count (/proc/PID/task/*/schedstat): reading, parsing, running and replying.\n"+
+			"INFO commandstats would count each command a script calls twice, in the script's time and\n"+
+			"in its own.\n\n", r.latency[0].cycles, cfg.warmup, min(r.latency[0].cycles, allocCycles),
 			r.latency[0].background.allocs, r.latency[0].background.bytes, backgroundWindow)
 		floor := r.latency[0].p50
 		var rows [][]string
 		for _, l := range r.latency {
 			rows = append(rows, []string{l.entry.Label(), µs(l.p50), µs(l.p90), µs(l.p99), ratio(float64(l.p50), float64(floor)),
-				fmt.Sprintf("%.1f", l.allocs), fmt.Sprintf("%.0f", l.bytes), failures(l.failures, l.firstErr)})
+				fmt.Sprintf("%.1f", l.allocs), fmt.Sprintf("%.0f", l.bytes), fmt.Sprintf("%.1f", l.serverUs), failures(l.failures, l.firstErr)})
 		}
-		table(sb, []string{"contender", "p50", "p90", "p99", "p50 × floor", "allocs/cycle", "bytes/cycle", "failures"}, rows)
+		table(sb, []string{"contender", "p50", "p90", "p99", "p50 × floor", "allocs/cycle", "bytes/cycle", "server CPU µs/cycle", "failures"}, rows)
 	}
 	if len(r.throughput) > 0 {
 		fmt.Fprintf(sb, "## 2. Throughput\n\n"+

@@ -47,6 +47,15 @@ func (s *servers) start(n int) ([]string, error) {
 	return addrs, nil
 }
 
+// pids returns the process IDs of the servers started, in the order of their addresses.
+func (s *servers) pids() []int {
+	out := make([]int, len(s.nodes))
+	for i, n := range s.nodes {
+		out[i] = n.PID()
+	}
+	return out
+}
+
 // pin sets the affinity of every thread of every server again: redis-server starts threads
 // of its own (bio, jemalloc) after it first answers.
 func (s *servers) pin() error {

@@ -28,7 +28,7 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info
 	if err != nil || !info.Held {
 		return info, err
 	}
-	n, err := redisconn.Int64(b.c.Eval(ctx, forceScript, b.queueKeys(name), info.Owner, b.publish, b.retentionArg))
+	n, err := redisconn.Int64(b.c.Eval(ctx, forceScript, b.queueKeys(name), info.Owner, b.announce.Publish, b.retentionArg, b.announce.Count))
 	if err != nil {
 		return info, redislayer.Classify(err)
 	}

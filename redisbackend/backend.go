@@ -5,7 +5,8 @@
 // and meta when the holder publishes it}, with the lock's TTL. Its fence counter is
 // <prefix>{N}:fence; Obtain's waiters line up in <prefix>{N}:q and <prefix>{N}:q:e, and hear
 // that a release handed them the lock on <prefix>{N}:g:<backend ID> (see AcquireQueued);
-// releases with no one in line are announced on the channel <prefix>{N}:released.
+// releases with no one in line are announced on the channel <prefix>{N}:released to whoever
+// listens there.
 // The braces are a Cluster hash tag, so all of them live in one slot and every operation is one
 // script, one round trip.
 //
@@ -59,9 +60,9 @@ type Backend struct {
 	sharded   *bool // WithShardedPubSub; nil: the default for the deployment
 	err       error // set when the configuration is unusable; every call returns it
 
-	id           string // names this Backend's grant channels (see AcquireQueued)
-	retentionArg any    // the fence retention in ms, boxed once
-	publish      string // PUBLISH or SPUBLISH, for the release scripts
+	id           string                  // names this Backend's grant channels (see AcquireQueued)
+	retentionArg any                     // the fence retention in ms, boxed once
+	announce     redislayer.Announcement // how the release scripts announce a release
 	lastTTL      atomic.Pointer[boxedTTL]
 	watch        *releasewatch.Set
 	pipe         pipeliner
@@ -132,10 +133,7 @@ func New(c Client, opts ...Option) *Backend {
 	if b.sharded != nil {
 		sharded = *b.sharded
 	}
-	b.publish = "PUBLISH"
-	if sharded {
-		b.publish = "SPUBLISH"
-	}
+	b.announce = redislayer.Announce(b.c != nil && b.c.Cluster(), sharded)
 	b.retentionArg = b.retention.Milliseconds()
 	b.id = newID()
 	b.watch = releasewatch.New(b.c, sharded)

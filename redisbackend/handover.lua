@@ -1,8 +1,8 @@
 -- handover gives the free lock to the first live waiter in line (see queue.lua) and announces
 -- the grant to the waiter's client on <lock>:g:<client id> as 'g <token> <hold id>@<owner>'.
--- With no live waiter it announces the release on <lock>:released. It returns nil, or an error
--- message.
-local function handover(lock, fence, line, entries, retention, publish)
+-- With no live waiter it announces the release (see announce.lua of internal/redislayer). It
+-- returns nil, or an error message.
+local function handover(lock, fence, line, entries, retention, publish, count)
   if redis.call('EXISTS', line) == 1 then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -28,7 +28,7 @@ local function handover(lock, fence, line, entries, retention, publish)
       end
     end
   end
-  redis.call(publish, lock .. ':released', '')
+  announce(lock, publish, count)
   return nil
 end
 

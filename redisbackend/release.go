@@ -19,7 +19,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 
 // release is Release for a usable name, also while the Backend closes.
 func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
-	n, err := redisconn.Int64(b.pipe.run(ctx, releaseScript, b.queueKeys(lease.Name), lease.Owner, hold, b.publish, b.retentionArg))
+	n, err := redisconn.Int64(b.pipe.run(ctx, releaseScript, b.queueKeys(lease.Name), lease.Owner, hold, b.announce.Publish, b.retentionArg, b.announce.Count))
 	switch {
 	case err != nil:
 		return 0, redislayer.Classify(err)

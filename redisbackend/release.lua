@@ -3,7 +3,8 @@
 -- KEYS[1] the lock hash, KEYS[2] its fence counter, KEYS[3] the queue, KEYS[4] the waiters'
 -- entries (see queue.lua)
 -- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] 'SPUBLISH' on Cluster, 'PUBLISH' elsewhere,
--- ARGV[4] fence counter retention in ms
+-- ARGV[4] fence counter retention in ms, ARGV[5] how to count the listeners of a release (see
+-- handover)
 -- The announcements go to channels in the lock's hash slot (see handover in take.lua).
 -- Returns the hold count left (0: the lock is no longer this owner's), -1 when the owner does
 -- not hold the lock. A hold released already leaves the count unchanged, so a retried release
@@ -21,7 +22,7 @@ if n > 1 then
   return redis.call('HINCRBY', KEYS[1], 'count', -1)
 end
 redis.call('DEL', KEYS[1])
-local err = handover(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[3])
+local err = handover(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[3], ARGV[5])
 if err then
   return redis.error_reply(err)
 end

@@ -3,6 +3,7 @@ package redisbackend
 import (
 	_ "embed"
 
+	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/redisconn"
 )
 
@@ -29,15 +30,16 @@ var (
 	forceBody string
 
 	// The scripts that give a lock to an owner share the functions of take.lua, reenter.lua
-	// and handover.lua; each script gets only the fragments it calls, since a script defines
-	// its functions anew on every call.
+	// and handover.lua, and those that free one announce.lua of internal/redislayer; each
+	// script gets only the fragments it calls, since a script defines its functions anew on
+	// every call.
 	acquireSrc    = takeSrc + reenterSrc + acquireBody
-	releaseSrc    = takeSrc + handoverSrc + releaseBody
+	releaseSrc    = redislayer.AnnounceLua + takeSrc + handoverSrc + releaseBody
 	acquireScript = redisconn.NewScript(acquireSrc)
 	queueScript   = redisconn.NewScript(takeSrc + reenterSrc + queueBody)
 	leaveScript   = redisconn.NewScript(leaveSrc)
 	renewScript   = redisconn.NewScript(renewSrc)
 	releaseScript = redisconn.NewScript(releaseSrc)
 	inspectScript = redisconn.NewScript(inspectSrc)
-	forceScript   = redisconn.NewScript(takeSrc + handoverSrc + forceBody)
+	forceScript   = redisconn.NewScript(redislayer.AnnounceLua + takeSrc + handoverSrc + forceBody)
 )

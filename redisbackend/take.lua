@@ -6,13 +6,25 @@
 local function take(lock, fence, owner, hold, ttl, retention, meta)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('GET', fence) or '0')
-  if last == nil then
-    return nil, 'FENCELOCK the fence key holds a value fencelock did not write'
+  local px = math.max(tonumber(retention), tonumber(ttl))
+  -- One call in the common case: write the clock and read what it replaced. Only when the
+  -- counter is at or past the clock (several takes in one microsecond, or a clock that stepped
+  -- back) does the token go one past the counter, in a second write.
+  local s = string.format('%.0f', now)
+  local old = redis.call('SET', fence, s, 'PX', px, 'GET')
+  local token = now
+  if old then
+    local last = tonumber(old)
+    if last == nil then
+      redis.call('SET', fence, old, 'PX', px)
+      return nil, 'FENCELOCK the fence key holds a value fencelock did not write'
+    end
+    if last >= now then
+      token = last + 1
+      s = string.format('%.0f', token)
+      redis.call('SET', fence, s, 'PX', px)
+    end
   end
-  local token = math.max(now, last + 1)
-  local s = string.format('%.0f', token)
-  redis.call('SET', fence, s, 'PX', math.max(tonumber(retention), tonumber(ttl)))
   redis.call('HSET', lock, 'owner', owner, 'token', s, 'count', 1, 'h:' .. hold, 1)
   if meta ~= '' then
     redis.call('HSET', lock, 'meta', meta)

@@ -449,7 +449,7 @@ func (b *Backend) undo(ctx context.Context, req fencelock.Request, idx []int, ti
 				if prev.wait(ctx, nd.i) != nil || !mine[nd.i] {
 					return
 				}
-				_, _ = nd.c.Eval(ctx, releaseScript, keys, req.Owner, req.Hold, nd.publish)
+				_, _ = nd.c.Eval(ctx, releaseScript, keys, req.Owner, req.Hold, nd.announce.Publish, nd.announce.Count)
 			})
 		}
 		wg.Wait()

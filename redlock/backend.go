@@ -51,11 +51,11 @@ var (
 
 // node is one independent Redis deployment of the N.
 type node struct {
-	i       int
-	c       redisconn.Conn
-	addr    string
-	publish string // "SPUBLISH" on a sharded (Cluster) node, "PUBLISH" elsewhere
-	watch   *releasewatch.Set
+	i        int
+	c        redisconn.Conn
+	addr     string
+	announce redislayer.Announcement // how its release scripts announce a release
+	watch    *releasewatch.Set
 }
 
 // Option configures a Backend.
@@ -140,10 +140,7 @@ func (b *Backend) configure(clients []redisconn.Client) error {
 		if b.sharded != nil {
 			sharded = *b.sharded
 		}
-		nd := &node{i: i, c: c, addr: c.String(), publish: "PUBLISH"}
-		if sharded {
-			nd.publish = "SPUBLISH"
-		}
+		nd := &node{i: i, c: c, addr: c.String(), announce: redislayer.Announce(c.Cluster(), sharded)}
 		nd.watch = releasewatch.New(nd.c, sharded)
 		b.nodes[i], b.all[i] = nd, i
 	}

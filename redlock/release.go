@@ -41,10 +41,10 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 		if err := fl.wait(ctx, nd.i); err != nil {
 			return 0, err
 		}
-		v, err := redisconn.Int64(nd.c.Eval(ctx, releaseScript, keys, lease.Owner, hold, nd.publish))
+		v, err := redisconn.Int64(nd.c.Eval(ctx, releaseScript, keys, lease.Owner, hold, nd.announce.Publish, nd.announce.Count))
 		if err == nil && v > 0 && tail.keeps(nd.i) {
 			// The majority decided the lock is free before this node answered.
-			_, _ = nd.c.Eval(ctx, dropScript, keys, lease.Owner, nd.publish)
+			_, _ = nd.c.Eval(ctx, dropScript, keys, lease.Owner, nd.announce.Publish, nd.announce.Count)
 		}
 		return v, err
 	}, func(r reply[int64]) bool {
@@ -158,7 +158,7 @@ func (b *Backend) drop(ctx context.Context, name, owner string, idx []int, timeo
 	keys := []string{b.Key(name)}
 	dropped := 0
 	fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (int64, error) {
-		return redisconn.Int64(nd.c.Eval(ctx, dropScript, keys, owner, nd.publish))
+		return redisconn.Int64(nd.c.Eval(ctx, dropScript, keys, owner, nd.announce.Publish, nd.announce.Count))
 	}, func(r reply[int64]) bool {
 		if r.err == nil && r.v == 1 {
 			dropped++

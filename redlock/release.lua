@@ -1,8 +1,8 @@
 -- Ends one hold of a lock on one node; deletes the lock and announces the release when none
 -- is left.
 -- KEYS[1] the lock hash
--- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] 'SPUBLISH' on Cluster, 'PUBLISH' elsewhere
--- The release channel is KEYS[1] .. ':released', in the lock's hash slot.
+-- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] and ARGV[4] how to announce the release (see
+-- announce.lua of internal/redislayer; the channel is KEYS[1] .. ':released', in the lock's slot)
 -- Returns the hold count left (0: the lock is free here), -1 when the owner does not hold the
 -- lock here. A hold released already leaves the count unchanged, so a retried release is
 -- harmless.
@@ -16,7 +16,7 @@ if not h[3] then
 end
 if n <= 1 then
   redis.call('DEL', KEYS[1])
-  redis.call(ARGV[3], KEYS[1] .. ':released', '')
+  announce(KEYS[1], ARGV[3], ARGV[4])
   return 0
 end
 redis.call('HDEL', KEYS[1], 'h:' .. ARGV[2])

@@ -3,6 +3,7 @@ package redlock
 import (
 	_ "embed"
 
+	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/redisconn"
 )
 
@@ -30,7 +31,7 @@ var (
 	recordScript  = redisconn.NewScript(recordSrc)
 	renewScript   = redisconn.NewScript(renewSrc)
 	retakeScript  = redisconn.NewScript(retakeSrc)
-	releaseScript = redisconn.NewScript(releaseSrc)
-	dropScript    = redisconn.NewScript(dropSrc)
+	releaseScript = redisconn.NewScript(redislayer.AnnounceLua + releaseSrc)
+	dropScript    = redisconn.NewScript(redislayer.AnnounceLua + dropSrc)
 	inspectScript = redisconn.NewScript(inspectSrc)
 )
