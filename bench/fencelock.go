@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/fencelock/fencelock"
 	"github.com/redis/rueidis"
@@ -16,19 +15,19 @@ func init() {
 	register(&Entry{
 		Library: "fencelock", Setting: "defaults: wake on release",
 		Waits: true, Uncontended: true,
-		Note: "fencelock: redisbackend on one go-redis client (defaults), TTL 30s, watchdog, fencing token and reentrancy as a user gets them",
+		Note: "fencelock: redisbackend on one go-redis client (defaults: pipelining past 8 calls in flight), TTL 30s, watchdog, fencing token and reentrancy as a user gets them",
 		New: func(addrs []string) (Contender, error) {
 			rdb := newGoRedis(addrs[0])
 			return &fencelockContender{locker: fencelock.New(redisbackend.New(rdb)), closers: []func() error{rdb.Close}}, nil
 		},
 	})
 	register(&Entry{
-		Library: "fencelock", Setting: fmt.Sprintf("WithPipelining(%d)", pipelined),
+		Library: "fencelock", Setting: "WithPipelining(0)",
 		Uncontended: true,
-		Note:        "fencelock (WithPipelining): calls beyond the first few in flight wait and go out together as one pipeline",
+		Note:        "fencelock (WithPipelining(0)): every call on its own, no batching (the default batches calls beyond 8 in flight)",
 		New: func(addrs []string) (Contender, error) {
 			rdb := newGoRedis(addrs[0])
-			return &fencelockContender{locker: fencelock.New(redisbackend.New(rdb, redisbackend.WithPipelining(pipelined))), closers: []func() error{rdb.Close}}, nil
+			return &fencelockContender{locker: fencelock.New(redisbackend.New(rdb, redisbackend.WithPipelining(0))), closers: []func() error{rdb.Close}}, nil
 		},
 	})
 	register(&Entry{
@@ -60,10 +59,6 @@ func init() {
 
 // rueidisSetting names the entry of fencelock on the rueidis adapter.
 const rueidisSetting = "rueidis adapter"
-
-// pipelined is the setting of the pipelining entry: calls on their own in flight at most. Its
-// best value here was between 6 and 8 for 32 goroutines.
-const pipelined = 8
 
 // fencelockContender is a fencelock.Client over any backend.
 type fencelockContender struct {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -42,9 +44,15 @@ func runLatency(ctx context.Context, cfg *config, es []*Entry, addrs []string, p
 			}
 		}
 	}
-	if err := countAllocs(ctx, cs, rows, pids, min(cycles, allocCycles), tag); err != nil {
+	if err := countAllocs(ctx, cs, rows, min(cycles, allocCycles), tag); err != nil {
 		return nil, err
 	}
+	clocks, err := openServerClocks(pids)
+	if err != nil {
+		return nil, err
+	}
+	defer clocks.close()
+	serverNs := make([]int64, len(es))
 	samples := make([]durations, len(es))
 	for i := range samples {
 		samples[i] = make(durations, 0, cycles)
@@ -63,9 +71,11 @@ func runLatency(ctx context.Context, cfg *config, es []*Entry, addrs []string, p
 		rnd.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		for _, i := range order {
 			name := tag + ":" + strconv.Itoa(i) + ":" + strconv.Itoa(k)
+			s0 := clocks.read(es[i].Nodes)
 			t0 := time.Now()
 			err := cycle(ctx, cs[i], name)
 			d := time.Since(t0)
+			serverNs[i] += clocks.read(es[i].Nodes) - s0
 			if err != nil {
 				rows[i].failures++
 				if rows[i].firstErr == nil {
@@ -80,6 +90,7 @@ func runLatency(ctx context.Context, cfg *config, es []*Entry, addrs []string, p
 		s := samples[i].sorted()
 		rows[i].cycles = cycles
 		rows[i].p50, rows[i].p90, rows[i].p99 = s.quantile(0.5), s.quantile(0.9), s.quantile(0.99)
+		rows[i].serverUs = float64(serverNs[i]) / 1e3 / float64(cycles)
 	}
 	return rows, nil
 }
@@ -89,12 +100,8 @@ func runLatency(ctx context.Context, cfg *config, es []*Entry, addrs []string, p
 const allocCycles = 2000
 
 // countAllocs runs n cycles of each contender in turn and sets rows' allocs and bytes per
-// cycle: runtime.MemStats deltas, less what the process allocates meanwhile while idle. It
-// sets their server CPU per cycle too: the scheduler's count of the CPU time of the servers
-// the contender uses (pids, in the order of the addresses), which covers reading, parsing and
-// running the commands and writing the replies. (INFO commandstats would count each command a
-// script calls twice: in the script's time and in the command's own.)
-func countAllocs(ctx context.Context, cs []Contender, rows []latencyRow, pids []int, n int, tag string) error {
+// cycle: runtime.MemStats deltas, less what the process allocates meanwhile while idle.
+func countAllocs(ctx context.Context, cs []Contender, rows []latencyRow, n int, tag string) error {
 	bg, err := background(ctx)
 	if err != nil {
 		return err
@@ -105,7 +112,6 @@ func countAllocs(ctx context.Context, cs []Contender, rows []latencyRow, pids []
 		for k := range names {
 			names[k] = tag + ":allocs:" + strconv.Itoa(i) + ":" + strconv.Itoa(k)
 		}
-		server0 := serverCPU(pids[:rows[i].entry.Nodes])
 		runtime.ReadMemStats(&m0)
 		start := time.Now()
 		for _, name := range names {
@@ -118,7 +124,6 @@ func countAllocs(ctx context.Context, cs []Contender, rows []latencyRow, pids []
 		}
 		took := time.Since(start).Seconds()
 		runtime.ReadMemStats(&m1)
-		rows[i].serverUs = (serverCPU(pids[:rows[i].entry.Nodes]) - server0) * 1e6 / float64(n)
 		rows[i].background = bg
 		rows[i].allocs = max(float64(m1.Mallocs-m0.Mallocs)-bg.allocs*took, 0) / float64(n)
 		rows[i].bytes = max(float64(m1.TotalAlloc-m0.TotalAlloc)-bg.bytes*took, 0) / float64(n)
@@ -126,13 +131,44 @@ func countAllocs(ctx context.Context, cs []Contender, rows []latencyRow, pids []
 	return nil
 }
 
-// serverCPU is the CPU time, in seconds, that the processes pids have used.
-func serverCPU(pids []int) float64 {
-	var s float64
+// serverClocks read the CPU time of the servers' main threads, which parse and run every
+// command and write every reply, from the scheduler's count (schedstat, in ns). They are read
+// around each timed cycle, outside its timing: the servers do nothing else meanwhile, so the
+// difference is that cycle's server time, measured in the same interleaved order as the
+// latency. (INFO commandstats would count each command a script calls twice, in the script's
+// time and in its own, and leave out reading and writing.)
+type serverClocks struct{ files []*os.File }
+
+func openServerClocks(pids []int) (*serverClocks, error) {
+	c := &serverClocks{}
 	for _, p := range pids {
-		s += procCPU(p)
+		f, err := os.Open(fmt.Sprintf("/proc/%d/task/%d/schedstat", p, p))
+		if err != nil {
+			c.close()
+			return nil, err
+		}
+		c.files = append(c.files, f)
 	}
-	return s
+	return c, nil
+}
+
+// read returns the CPU time, in ns, of the first n servers' main threads.
+func (c *serverClocks) read(n int) int64 {
+	var buf [64]byte
+	var total int64
+	for _, f := range c.files[:n] {
+		k, _ := f.ReadAt(buf[:], 0)
+		field, _, _ := strings.Cut(string(buf[:k]), " ")
+		v, _ := strconv.ParseInt(field, 10, 64)
+		total += v
+	}
+	return total
+}
+
+func (c *serverClocks) close() {
+	for _, f := range c.files {
+		_ = f.Close()
+	}
 }
 
 // rate is allocations and bytes per second.

@@ -290,10 +290,10 @@ func (r *report) sections(sb *strings.Builder) {
 			"random order each time. Allocations and bytes are runtime.MemStats deltas over %d cycles of\n"+
 			"one contender at a time, less what the process allocates while every contender sits idle\n"+
 			"(%.0f allocations and %.0f bytes a second, measured for %v), pro rata of the time the\n"+
-			"cycles took. Server CPU is the redis-server process's CPU time over those same cycles, from\n"+
-			"the scheduler's count (/proc/PID/task/*/schedstat): reading, parsing, running and replying.\n"+
-			"INFO commandstats would count each command a script calls twice, in the script's time and\n"+
-			"in its own.\n\n", r.latency[0].cycles, cfg.warmup, min(r.latency[0].cycles, allocCycles),
+			"cycles took. Server CPU is the redis-server main thread's CPU time over each timed cycle,\n"+
+			"read from the scheduler's count (/proc/PID/task/PID/schedstat) before and after it:\n"+
+			"reading, parsing, running and replying. INFO commandstats would count each command a\n"+
+			"script calls twice, in the script's time and in its own, and leave out the I/O.\n\n", r.latency[0].cycles, cfg.warmup, min(r.latency[0].cycles, allocCycles),
 			r.latency[0].background.allocs, r.latency[0].background.bytes, backgroundWindow)
 		floor := r.latency[0].p50
 		var rows [][]string

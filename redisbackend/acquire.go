@@ -16,8 +16,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	if err := b.usable(req.Name); err != nil {
 		return fencelock.Grant{}, err
 	}
-	fenceKey := b.fenceKey(req.Name)
-	keys := []string{fenceKey[:len(fenceKey)-len(":fence")], fenceKey} // one allocation for both
+	keys := b.queueKeys(req.Name)[:3] // the lock, its fence counter and its line
 	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta}
 	var reply []any
 	var err error

@@ -23,6 +23,9 @@ local function handover(lock, fence, line, entries, retention, publish, count)
             return err
           end
           redis.call(publish, lock .. ':g:' .. client, 'g ' .. string.format('%.0f', token) .. ' ' .. head)
+          if redis.call('EXISTS', line) == 1 then
+            redis.call('HSET', lock, 'q', 1)
+          end
           return nil
         end
       end

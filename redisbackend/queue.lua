@@ -14,6 +14,10 @@
 --         hand-over to this waiter announced with a token up to last was made before this call
 --         and is gone by now (see AcquireQueued).
 local member = ARGV[2] .. '@' .. ARGV[1]
+-- Neither the lock nor a line, the usual case: the lock is the caller's at once.
+if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+  return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl ~= -2 then
   local owner = redis.call('HGET', KEYS[1], 'owner')
@@ -25,13 +29,6 @@ if pttl ~= -2 then
   end
   if not owner or pttl < 0 then
     return redis.error_reply('FENCELOCK the lock key holds a hash that fencelock did not write')
-  end
-end
-if pttl == -2 then
-  -- Free (it expired, or was released with no one in line). With no one in line, the usual
-  -- case, the lock is the caller's at once.
-  if redis.call('EXISTS', KEYS[3]) == 0 then
-    return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
   end
 end
 local t = redis.call('TIME')
@@ -54,7 +51,11 @@ if pttl == -2 then
   if not head or head == member then
     redis.call('ZREM', KEYS[3], member)
     redis.call('HDEL', KEYS[4], member)
-    return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+    local r = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+    if redis.call('EXISTS', KEYS[3]) == 1 then
+      redis.call('HSET', KEYS[1], 'q', 1)
+    end
+    return r
   end
   pttl = -1
 end
@@ -66,6 +67,10 @@ if not redis.call('ZSCORE', KEYS[3], member) then
   redis.call('ZADD', KEYS[3], math.max(now, tonumber(last or '0') + 1), member)
 end
 redis.call('HSET', KEYS[4], member, (now + life) .. ' ' .. ARGV[8] .. ' ' .. ARGV[7] .. ' ' .. ARGV[5])
+if pttl >= 0 then
+  -- The holder's release hands the lock over: it looks at the line only when told to.
+  redis.call('HSET', KEYS[1], 'q', 1)
+end
 -- The line outlives its longest-lived place, and no longer.
 for i = 3, 4 do
   if redis.call('PTTL', KEYS[i]) < life then

@@ -504,3 +504,50 @@ func TestHandoverToADepartedWaiterIsUndone(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A lock that expired with waiters in line and was then taken by one attempt (TryObtain) goes
+// to the first waiter when that holder releases it: the release looks at the line.
+func TestReleaseOfALockTakenPastTheLineHandsOver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	b := redisbackend.New(rdb)
+	const name = "past-the-line"
+	if _, err := b.Acquire(ctx, fencelock.Request{Name: name, Owner: "gone", Hold: "h", TTL: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	w := fencelock.New(redisbackend.New(rdb))
+	defer w.Close()
+	got := make(chan error, 1)
+	go func() {
+		l, err := w.Obtain(ctx, name, fencelock.WithTTL(10*time.Second))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitQueueLen(t, rdb, b, name, 1)
+	// The holder dies: its lock expires. The waiter's next attempt is a third of its place's
+	// life (5s) away.
+	if err := rdb.PExpire(ctx, b.Key(name), time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	other := fencelock.New(redisbackend.New(rdb))
+	defer other.Close()
+	l, err := other.TryObtain(ctx, name)
+	if err != nil {
+		t.Fatalf("TryObtain of the expired lock: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the release did not hand the lock to the waiter in line")
+	}
+}

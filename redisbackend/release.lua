@@ -9,7 +9,7 @@
 -- Returns the hold count left (0: the lock is no longer this owner's), -1 when the owner does
 -- not hold the lock. A hold released already leaves the count unchanged, so a retried release
 -- is harmless.
-local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'h:' .. ARGV[2])
+local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'h:' .. ARGV[2], 'q')
 if h[1] ~= ARGV[1] then
   return -1
 end
@@ -22,8 +22,13 @@ if n > 1 then
   return redis.call('HINCRBY', KEYS[1], 'count', -1)
 end
 redis.call('DEL', KEYS[1])
-local err = handover(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[3], ARGV[5])
-if err then
-  return redis.error_reply(err)
+-- The line is looked at only when a waiter joined it while this lock was held (q).
+if h[4] then
+  local err = handover(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[3], ARGV[5])
+  if err then
+    return redis.error_reply(err)
+  end
+else
+  announce(KEYS[1], ARGV[3], ARGV[5])
 end
 return 0

@@ -85,11 +85,15 @@ type goRedisScripter struct{ c redis.Scripter }
 
 func (g goRedisScripter) Eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error) {
 	cmd := g.c.EvalSha(ctx, s.hash, keys, args...)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	if noScript(cmd.Err()) {
 		cmd = g.c.Eval(ctx, s.src, keys, args...)
 	}
 	return goRedisReply(cmd)
 }
+
+// noScript reports whether err is the server's NOSCRIPT. redis.HasErrorPrefix allocates even
+// for a nil error, which is most calls.
+func noScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // goRedisReply returns what cmd got, a nil reply as nil and an error reply as a ServerError.
 func goRedisReply(cmd *redis.Cmd) (any, error) {
@@ -125,7 +129,7 @@ func (g *goRedis) EvalBatch(ctx context.Context, calls []Call) {
 	})
 	var again []int
 	for k, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if noScript(cmd.Err()) {
 			again = append(again, k)
 		}
 	}
@@ -175,7 +179,7 @@ func (g *goRedis) EvalWait(ctx context.Context, s *Script, keys []string, args [
 		})
 		if err := eval.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			switch {
-			case !withSource && redis.HasErrorPrefix(err, "NOSCRIPT"):
+			case !withSource && noScript(err):
 				withSource = true
 				continue
 			case g.cc != nil && !moved && redis.HasErrorPrefix(err, "MOVED"):

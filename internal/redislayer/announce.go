@@ -9,9 +9,10 @@ import _ "embed"
 var AnnounceLua string
 
 // Announcement is what a release script passes to announce: the command that publishes a
-// release, and the PUBSUB subcommand that counts its listeners ("" to publish always).
+// release, and the PUBSUB subcommand that counts its listeners ("" to publish always), each
+// boxed once as a script argument (boxing a string allocates).
 type Announcement struct {
-	Publish, Count string
+	Publish, Count any
 }
 
 // Announce returns how releases are announced on a deployment. Under sharded pub/sub the
