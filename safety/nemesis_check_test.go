@@ -59,6 +59,12 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 				{W: 0, K: "call", Op: "refresh", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 10 * time.Millisecond, Start: ms(6), Ret: ms(9), Class: "invalid"}, done(0, 1, 900, 2900, true)}},
 			nemesisHistory{Events: []nemEvent{{W: 0, K: "grant", Op: "obtain", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 3 * time.Second, Start: 0, Ret: ms(5)},
 				{W: 0, K: "call", Op: "refresh", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 10 * time.Millisecond, Start: ms(6), Ret: ms(9), Class: "unavailable"}, done(0, 1, 16, 16, true)}}},
+		{chkReentryAnew, // the Client ended the lock because a re-entry's token round made a new one
+			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "obtain", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 3 * time.Second, Start: 0, Ret: ms(5)},
+				{W: 0, K: "done", L: 1, Name: "x", Owner: "a", Tok: 1, Ret: ms(30), Valid: ms(2900), Lost: true, Err: "fencelock: lock lost: the store granted \"x\" to this owner anew, with token 2"}}},
+			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "obtain", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 3 * time.Second, Start: 0, Ret: ms(5)},
+				{W: 0, K: "done", L: 1, Name: "x", Owner: "a", Tok: 1, Ret: ms(30), Valid: ms(2900), Lost: true, Err: "fencelock: lock lost: the store granted \"x\" to this owner anew, with token 2"}},
+				Faults: []faultRecord{{Kind: "cut", From: ms(10), To: ms(20), Worker: 0, Server: 0}}}},
 		{chkValidity,
 			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(975)}}},
 			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(988)}}}},

@@ -87,7 +87,7 @@ func TestNemesisRun(t *testing.T) {
 	if len(h.runs) == 0 || v.Writes == 0 {
 		t.Fatalf("seed %d: %d runs, %d writes: the run tested nothing", seed, len(h.runs), v.Writes)
 	}
-	if f := v.failures(); len(f) > 0 {
+	if f := v.failures(true); len(f) > 0 {
 		t.Errorf("seed %d found:\n  %s\nreplay: FENCELOCK_NEMESIS_SEED=%d FENCELOCK_NEMESIS_DURATION=%v go test -race -count=1 -run TestNemesisRun ./safety/",
 			seed, strings.Join(f, "\n  "), seed, d)
 	}
