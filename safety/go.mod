@@ -6,9 +6,13 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/fencelock/fencelock v0.0.0
 	github.com/fencelock/fencelock/etcdbackend v0.0.0
+	github.com/fencelock/fencelock/redisconn/rueidisconn v0.0.0
+	github.com/fencelock/fencelock/redisconn/valkeyconn v0.0.0
 	github.com/fencelock/fencelock/zkbackend v0.0.0
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
+	github.com/valkey-io/valkey-go v1.0.80
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.28.0
 )
@@ -31,7 +35,6 @@ require (
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.3 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
-	github.com/lib/pq v1.12.3 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
@@ -62,9 +65,9 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.3 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
-	golang.org/x/net v0.61.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/text v0.44.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
@@ -78,5 +81,7 @@ require (
 replace (
 	github.com/fencelock/fencelock => ../
 	github.com/fencelock/fencelock/etcdbackend => ../etcdbackend
+	github.com/fencelock/fencelock/redisconn/rueidisconn => ../redisconn/rueidisconn
+	github.com/fencelock/fencelock/redisconn/valkeyconn => ../redisconn/valkeyconn
 	github.com/fencelock/fencelock/zkbackend => ../zkbackend
 )

@@ -17,6 +17,7 @@ import (
 // to them.
 type nemesisCluster struct {
 	kind    string   // redis, redlock, etcd, zk: the workers' backend
+	client  string   // for redis and redlock: the workers' Redis client (see nemesisClients)
 	label   string   // for the report
 	targets []string // the servers' addresses
 	session time.Duration
@@ -63,6 +64,14 @@ func startRedisNemesis(t *testing.T, n int) *nemesisCluster {
 		}
 		return servers[i].Restart()
 	}
+	return c
+}
+
+// startRedisNemesisOn is startRedisNemesis for one node, with workers on another Redis
+// client than go-redis, through its adapter.
+func startRedisNemesisOn(t *testing.T, client string) *nemesisCluster {
+	c := startRedisNemesis(t, 1)
+	c.client, c.label = client, "redis (single node, "+client+")"
 	return c
 }
 

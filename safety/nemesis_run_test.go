@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -88,7 +89,7 @@ func runNemesis(t *testing.T, c *nemesisCluster, r nemesisRun) *nemesisHistory {
 		for _, p := range h.proxies[w] {
 			addrs = append(addrs, p.Addr)
 		}
-		cfg := nemesisWorkerConfig{ID: w, Seed: seeds.Uint64(), Backend: c.kind, Addrs: addrs, Session: c.session, Store: url,
+		cfg := nemesisWorkerConfig{ID: w, Seed: seeds.Uint64(), Backend: c.kind, Client: c.client, Addrs: addrs, Session: c.session, Store: url,
 			Names: h.names, Groups: groups, Threads: r.Threads, Until: until.UnixNano(), MinTTL: c.minTTL, MaxTTL: c.maxTTL, Broken: r.Broken[w]}
 		if err := h.spawn(&workers, cfg); err != nil {
 			t.Fatal(err)
@@ -139,6 +140,11 @@ func (h *nemesisHarness) spawn(wg *sync.WaitGroup, cfg nemesisWorkerConfig) erro
 		switch {
 		case raceExit(err) && upstreamZKRace(stderr.String()):
 			h.upstream = append(h.upstream, fmt.Sprintf("worker %d: %v: go-zookeeper's own data race on Conn.lastZxid", cfg.ID, err))
+		case err != nil && strings.Contains(stderr.String(), "SIGQUIT"):
+			// Stopped by waitWorkers: its goroutines' stacks say where it hung.
+			path := filepath.Join(os.TempDir(), fmt.Sprintf("fencelock-nemesis-seed%d-worker%d.stacks", h.run.Seed, cfg.ID))
+			_ = os.WriteFile(path, []byte(stderr.String()), 0o644)
+			h.exits = append(h.exits, fmt.Sprintf("worker %d: %v: its goroutines' stacks are in %s", cfg.ID, err, path))
 		case err != nil:
 			h.exits = append(h.exits, fmt.Sprintf("worker %d: %v: %s", cfg.ID, err, oneLine(strings.TrimSpace(stderr.String()))))
 		}
@@ -165,9 +171,21 @@ func (h *nemesisHarness) waitWorkers(wg *sync.WaitGroup, limit time.Duration) {
 		return
 	case <-time.After(limit):
 	}
+	// SIGQUIT first: the Go runtime writes every goroutine's stack to the worker's stderr, which
+	// its exit reports, and exits; SIGKILL for one that does not.
 	h.mu.Lock()
 	for w, pid := range h.pids {
 		h.exits = append(h.exits, fmt.Sprintf("worker %d still running %v after the run: killed", w, limit))
+		_ = syscall.Kill(pid, syscall.SIGQUIT)
+	}
+	h.mu.Unlock()
+	select {
+	case <-done:
+		return
+	case <-time.After(5 * time.Second):
+	}
+	h.mu.Lock()
+	for _, pid := range h.pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	h.mu.Unlock()

@@ -23,6 +23,8 @@ var nemesisBackends = []struct {
 	long  bool
 }{
 	{"redis", func(t *testing.T) *nemesisCluster { return startRedisNemesis(t, 1) }, false},
+	{"redis-rueidis", func(t *testing.T) *nemesisCluster { return startRedisNemesisOn(t, "rueidis") }, false},
+	{"redis-valkey-go", func(t *testing.T) *nemesisCluster { return startRedisNemesisOn(t, "valkey-go") }, false},
 	{"redlock-3", func(t *testing.T) *nemesisCluster { return startRedisNemesis(t, 3) }, false},
 	{"redlock-5", func(t *testing.T) *nemesisCluster { return startRedisNemesis(t, 5) }, true},
 	{"etcd", startEtcdNemesis, false},

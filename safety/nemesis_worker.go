@@ -36,6 +36,7 @@ type nemesisWorkerConfig struct {
 	ID      int           `json:"id"`
 	Seed    uint64        `json:"seed"`
 	Backend string        `json:"backend"` // redis, redlock, etcd, zk
+	Client  string        `json:"client,omitempty"` // redis, redlock: go-redis (default), rueidis or valkey-go
 	Addrs   []string      `json:"addrs"`   // the worker's own proxies, one per server
 	Session time.Duration `json:"session"` // ZooKeeper's session timeout
 	Store   string        `json:"store"`

@@ -98,7 +98,8 @@ func (p *pubsub) keep(dc valkey.DedicatedClient, lost <-chan error) {
 			return
 		}
 		p.mu.Lock()
-		if p.closed {
+		if p.closed || p.dc != nil {
+			// Closed, or a Subscribe made the connection meanwhile, with its own keeper.
 			p.mu.Unlock()
 			return
 		}
