@@ -49,8 +49,8 @@ const (
 	// failing) takes a token round, and the new token ends the owner's lock in the Client. It
 	// fails the long suite; the short one reports it.
 	chkReentryAnew = "g: Redlock re-entry made the owner's lock anew (open, docs/SAFETY.md)"
-	chkValidity = "h: validity shorter than the contract's"
-	chkExit     = "worker failed"
+	chkValidity    = "h: validity shorter than the contract's"
+	chkExit        = "worker failed"
 )
 
 // nemesisVerdict is what the checkers found.

@@ -35,10 +35,10 @@ func init() {
 type nemesisWorkerConfig struct {
 	ID      int           `json:"id"`
 	Seed    uint64        `json:"seed"`
-	Backend string        `json:"backend"` // redis, redlock, etcd, zk
+	Backend string        `json:"backend"`          // redis, redlock, etcd, zk
 	Client  string        `json:"client,omitempty"` // redis, redlock: go-redis (default), rueidis or valkey-go
-	Addrs   []string      `json:"addrs"`   // the worker's own proxies, one per server
-	Session time.Duration `json:"session"` // ZooKeeper's session timeout
+	Addrs   []string      `json:"addrs"`            // the worker's own proxies, one per server
+	Session time.Duration `json:"session"`          // ZooKeeper's session timeout
 	Store   string        `json:"store"`
 	Names   []string      `json:"names"`
 	Groups  []string      `json:"groups"` // owner IDs shared with the other workers
