@@ -55,6 +55,9 @@ var nemesisRegressions = []struct {
 		"redlock-3", 916826416, 40 * time.Second, "c: 9"},
 	{"Redlock: the same, and a release that heard one node only deleted the lock where another process's holds were",
 		"redlock-3", 320838142, 40 * time.Second, "c: 1, g: 1; replay: c: 2"},
+	// Found with the client adapters.
+	{"valkey-go adapter: a Subscribe during the subscription connection's reconnect left a keeper on a connection nobody released; the worker hung in Close",
+		"redis-valkey-go", 391410965, 10 * time.Second, "worker failed: 2 (still running 90s after the run); replay: the same"},
 }
 
 // The seeds of the holes the nemesis found, each replayed for 10 to 40 s: in the long suite, or with
