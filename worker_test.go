@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -130,5 +131,37 @@ func startWorker(t *testing.T, job workerJob) *worker {
 	return w
 }
 
-func (w *worker) stop()   { _ = syscall.Kill(w.cmd.Process.Pid, syscall.SIGSTOP) }
+// stop sends SIGSTOP and returns once every thread of the worker has stopped: the signal takes
+// effect at each thread's next entry into the kernel, and a worker still running for a moment
+// after kill returned could, say, take a hand-over the test meant it to miss.
+func (w *worker) stop() {
+	pid := w.cmd.Process.Pid
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if allStopped(pid) {
+			return
+		}
+	}
+}
+
+// allStopped reports whether every thread of process pid is stopped (state T in
+// /proc/PID/task/TID/stat).
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses and may hold spaces.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
+}
 func (w *worker) resume() { _ = syscall.Kill(w.cmd.Process.Pid, syscall.SIGCONT) }
