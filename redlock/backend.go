@@ -121,9 +121,9 @@ func (b *Backend) configure(clients []redisconn.Client) error {
 		if c == nil || isNilPointer(c) {
 			return fmt.Errorf("%w: redlock client %d is nil", fencelock.ErrInvalid, i)
 		}
-		conn, err := redisconn.Of(c)
+		conn, err := redislayer.Open(c)
 		if err != nil {
-			return fmt.Errorf("%w: redlock client %d: %w", fencelock.ErrInvalid, i, err)
+			return fmt.Errorf("redlock client %d: %w", i, err)
 		}
 		conns[i] = conn
 		for j := range i {
@@ -410,7 +410,7 @@ func classifyOnce(err error) error {
 	if isClassified(err) {
 		return err
 	}
-	return classify(err)
+	return redislayer.Classify(err)
 }
 
 func (b *Backend) nodeErr(i int, err error) *NodeError {

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/internal/redislayer"
 )
 
 var (
@@ -76,10 +75,6 @@ func (e *QuorumError) Unwrap() []error {
 	}
 	return errs
 }
-
-// classify wraps a node's error with the fencelock error that says what to do about it, as
-// the single-node backend does.
-func classify(err error) error { return redislayer.Classify(err) }
 
 func isClassified(err error) bool {
 	return errors.Is(err, fencelock.ErrUnavailable) || errors.Is(err, fencelock.ErrInvalid) || errors.Is(err, fencelock.ErrNotHeld)
