@@ -49,6 +49,19 @@ type Queue interface {
 	AcquireQueued(ctx context.Context, req Request) (Grant, error)
 }
 
+// LossWatcher is implemented by backends whose store can push word that a held lock changed
+// (the Redis backend, through CLIENT TRACKING), so that its holder learns of a loss within
+// milliseconds instead of at its next renewal. The watchdog asks for a watch once a hold it
+// renews has lived a few milliseconds; renewals stay the fallback.
+type LossWatcher interface {
+	// WatchLoss watches the lock of lease until stop is called; stop is safe to call more
+	// than once. When the store says the lock is no longer the lease's — its key was deleted
+	// or overwritten, a server came back without it — the backend calls lost once, from a
+	// goroutine of its own, with an error matching ErrNotHeld; after a dropped connection it
+	// checks at once. WatchLoss returns at once, without a round trip.
+	WatchLoss(lease Lease, lost func(reason error)) (stop func())
+}
+
 // Namer is implemented by backends that can enumerate their locks; List uses it.
 type Namer interface {
 	// Names returns the names that start with prefix of the locks that may be held now, each

@@ -20,6 +20,7 @@ type Client struct {
 	b       Backend
 	watcher ReleaseWatcher // nil when the backend cannot notify releases
 	queue   Queue          // nil when the backend keeps no line of waiters
+	loss    LossWatcher    // nil when the store cannot push word of a loss
 
 	defaults       []Option
 	now            func() time.Time
@@ -50,6 +51,7 @@ func New(b Backend, opts ...ClientOption) *Client {
 	}
 	c.watcher, _ = b.(ReleaseWatcher)
 	c.queue, _ = b.(Queue)
+	c.loss, _ = b.(LossWatcher)
 	for _, o := range opts {
 		o(c)
 	}

@@ -38,6 +38,8 @@ type hold struct {
 	deadline time.Time     // validity deadline on the Client's clock
 	renewAt  time.Time     // when the watchdog renews next
 	renewing chan struct{} // closed when the renewal in flight ends; nil when none is
+	watchAt  time.Time     // when the watchdog asks the backend to push word of a loss; zero once asked, or never
+	unwatch  func()        // ends that watch; nil while there is none
 	refs     int           // handles not yet released
 	handles  []*lockContext
 	handle0  [1]*lockContext // backs handles while there is one, as there usually is
@@ -60,6 +62,9 @@ func (c *Client) newHold(h *hold, name, owner string, s *settings, token int64, 
 		// A lock handed over for a short claim is renewed well within it the first time, and
 		// at the usual pace once that renewal gave it its whole TTL.
 		renewAt: sent.Add(min(s.every, validity/3)),
+	}
+	if c.loss != nil && h.watchdog {
+		h.watchAt = sent.Add(watchLossAfter)
 	}
 	h.handles = h.handle0[:0]
 	h.expiry = time.AfterFunc(deadline.Sub(c.now()), h.expire)
@@ -278,8 +283,32 @@ func (h *hold) end() []*lockContext {
 	return handles
 }
 
-// off takes an ended hold off the watchdog and out of the Client's map.
+// off takes an ended hold off the watchdog and out of the Client's map, and ends its watch.
 func (h *hold) off() {
 	h.c.forget(h)
 	h.c.dog.remove(h)
+	h.mu.Lock()
+	stop := h.unwatch
+	h.unwatch = nil
+	h.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// watchLossAfter is how long a hold lives before the watchdog asks the backend to watch it
+// for a loss: a hold released sooner, as most are, costs the store nothing more.
+const watchLossAfter = 10 * time.Millisecond
+
+// watchLoss asks the backend to push word of a loss of h; the watchdog calls it once.
+func (h *hold) watchLoss() {
+	stop := h.c.loss.WatchLoss(h.lease(), h.lose)
+	h.mu.Lock()
+	if h.phase == live {
+		h.unwatch, stop = stop, nil
+	}
+	h.mu.Unlock()
+	if stop != nil {
+		stop() // ended meanwhile
+	}
 }

@@ -46,6 +46,9 @@ func (w *watchdog) add(h *hold) {
 	defer w.mu.Unlock()
 	h.mu.Lock()
 	ok, due := h.phase == live, h.renewAt
+	if !h.watchAt.IsZero() && h.watchAt.Before(due) {
+		due = h.watchAt
+	}
 	h.mu.Unlock()
 	if w.closed || !ok {
 		return
@@ -122,12 +125,20 @@ func (w *watchdog) loop() {
 func (w *watchdog) tick() time.Duration {
 	now := w.c.now()
 	sleep := time.Hour
-	var due []*hold
+	var due, watch []*hold
 	anyDue := false
 	w.mu.Lock()
 	for h := range w.holds {
 		h.mu.Lock()
 		renewAt, every, busy := h.renewAt, h.every, h.renewing != nil
+		if !h.watchAt.IsZero() {
+			if h.watchAt.After(now) {
+				sleep = min(sleep, h.watchAt.Sub(now))
+			} else {
+				h.watchAt = time.Time{}
+				watch = append(watch, h)
+			}
+		}
 		h.mu.Unlock()
 		if busy {
 			continue // the batch pokes the loop when it is done
@@ -159,6 +170,9 @@ func (w *watchdog) tick() time.Duration {
 	sleep = max(sleep, time.Millisecond)
 	w.wakeAt = now.Add(sleep)
 	w.mu.Unlock()
+	for _, h := range watch {
+		h.watchLoss()
+	}
 	if len(batch) > 0 {
 		w.wg.Add(1)
 		go w.renew(batch, done)

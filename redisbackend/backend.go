@@ -67,6 +67,7 @@ type Backend struct {
 	watch        *releasewatch.Set
 	pipe         pipeliner
 	bg           background
+	loss         lossWatch
 	closed       atomic.Bool // set by Close: every call fails, the background work finishes
 }
 
@@ -237,6 +238,7 @@ type boxedTTL struct {
 // program goes on; it is idempotent.
 func (b *Backend) Close() error {
 	b.closed.Store(true)
+	b.loss.wake()
 	b.bg.close()
 	b.watch.Close()
 	return nil

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -71,6 +72,7 @@ func runOn(t *testing.T, c redisconn.Conn, kind Kind, masters int) {
 	t.Run("Wait", func(t *testing.T) { testWait(t, c, kind) })
 	t.Run("PubSub", func(t *testing.T) { testPubSub(t, c) })
 	t.Run("PubSubReconnect", func(t *testing.T) { testPubSubReconnect(t, c, kind) })
+	t.Run("Tracking", func(t *testing.T) { testTracking(t, c) })
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -364,4 +366,95 @@ func testPubSubReconnect(t *testing.T, c redisconn.Conn, kind Kind) {
 	await(t, ch, redisconn.Event{Kind: redisconn.Subscribed, Channel: channel})
 	publishOn(t, ctx, c, sharded, channel, "again")
 	await(t, ch, redisconn.Event{Kind: redisconn.Message, Channel: channel, Payload: "again"})
+}
+
+// testTracking checks a Tracker: a read key's change is pushed, a key not read is not, and a
+// killed connection comes back with changed(nil), after which reads watch again. A Conn that
+// is no Tracker skips it: its holders learn of a loss at their next renewal.
+func testTracking(t *testing.T, c redisconn.Conn) {
+	tk, ok := c.(redisconn.Tracker)
+	if !ok {
+		t.Skipf("%T is no redisconn.Tracker", c)
+	}
+	ctx := ctxFor(t)
+	changes := make(chan []string, 64)
+	tr, err := tk.Track(func(keys []string) { changes <- slices.Clone(keys) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	watched, other := "redisconntest:{"+t.Name()+"}:watched", "redisconntest:{"+t.Name()+"}:other"
+	read := func() {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := tr.Read(ctx, watched, "GET", watched)
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("read through the session: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	next := func(what string) []string {
+		t.Helper()
+		select {
+		case keys := <-changes:
+			return keys
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no change pushed after %s", what)
+			return nil
+		}
+	}
+	drain := func() {
+		for {
+			select {
+			case <-changes:
+			default:
+				return
+			}
+		}
+	}
+	incr := func(key string) {
+		t.Helper()
+		if _, err := c.Eval(ctx, replies, []string{key}, "incr"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read()
+	if keys := next("connecting"); keys != nil {
+		t.Fatalf("first pushed %q, want nil: the session connected", keys)
+	}
+	incr(other)
+	incr(watched)
+	if keys := next("a write of the key read"); !slices.Equal(keys, []string{watched}) {
+		t.Fatalf("pushed %q, want [%s] alone: a key not read is not watched", keys, watched)
+	}
+	incr(watched)
+	select {
+	case keys := <-changes:
+		t.Fatalf("pushed %q for a second write without a read between", keys)
+	case <-time.After(100 * time.Millisecond):
+	}
+	err = c.ForEachMaster(ctx, func(ctx context.Context, n redisconn.Node) error {
+		_, err := n.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub")
+		if err != nil && !strings.Contains(err.Error(), "No such client") {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys := next("killing the subscription"); keys != nil {
+		t.Fatalf("after the kill pushed %q, want nil: any key may have changed", keys)
+	}
+	read()
+	drain()
+	incr(watched)
+	if keys := next("a write after the reconnection"); !slices.Equal(keys, []string{watched}) {
+		t.Fatalf("after the reconnection pushed %q, want [%s]", keys, watched)
+	}
 }

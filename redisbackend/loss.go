@@ -1,0 +1,247 @@
+package redisbackend
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/redisconn"
+)
+
+// WatchLoss implements fencelock.LossWatcher: the server pushes word of every change to the
+// lock's key (CLIENT TRACKING), and the Backend reads the key again to see whether the lock
+// is still the lease's. A dropped connection, a restart, a failover or a flush makes it read
+// every watched key again as soon as it reconnects. Without tracking (a client other than a
+// go-redis Client or ClusterClient, a server before Redis 6) it watches nothing, and the
+// renewals tell as before.
+func (b *Backend) WatchLoss(lease fencelock.Lease, lost func(error)) (stop func()) {
+	if b.err != nil || b.closed.Load() {
+		return func() {}
+	}
+	return b.loss.watch(b, lease, lost)
+}
+
+var _ fencelock.LossWatcher = (*Backend)(nil)
+
+// lossWatch is the Backend's one tracking session and the locks it watches. The session is
+// open while anything is watched: a goroutine opens it with the first watch, reads each key
+// that needs it, and closes it when the last watch stops.
+//
+// Locking: mu guards every field; the goroutine reads and calls lost without it.
+type lossWatch struct {
+	mu      sync.Mutex
+	keys    map[string][]*watched // by lock key
+	poke    chan struct{}         // wakes the goroutine; buffered
+	running bool
+	off     bool // the Conn cannot track: watch nothing
+}
+
+// watched is one lease under watch.
+type watched struct {
+	key, name, owner string
+	token            int64
+	lost             func(error)
+	fresh            bool   // read since its last change: the server will push the next
+	gen              uint64 // counts the changes pushed, so a read that raced one is not fresh
+	stopped          bool   // no longer watched
+}
+
+func (lw *lossWatch) watch(b *Backend, l fencelock.Lease, lost func(error)) func() {
+	w := &watched{key: b.Key(l.Name), name: l.Name, owner: l.Owner, token: l.Token, lost: lost}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if lw.off {
+		return func() {}
+	}
+	if lw.keys == nil {
+		lw.keys = make(map[string][]*watched)
+		lw.poke = make(chan struct{}, 1)
+	}
+	lw.keys[w.key] = append(lw.keys[w.key], w)
+	if !lw.running {
+		lw.running = true
+		b.bg.mu.Lock()
+		if b.bg.closed {
+			b.bg.mu.Unlock()
+			lw.running = false
+			lw.removeLocked(w)
+			return func() {}
+		}
+		b.bg.wg.Add(1)
+		b.bg.mu.Unlock()
+		go lw.run(b)
+	}
+	lw.pokeLocked()
+	return func() { lw.remove(w) }
+}
+
+func (lw *lossWatch) remove(w *watched) {
+	lw.mu.Lock()
+	lw.removeLocked(w)
+	lw.pokeLocked() // the goroutine closes the session when nothing is left
+	lw.mu.Unlock()
+}
+
+func (lw *lossWatch) removeLocked(w *watched) {
+	w.stopped = true
+	ws := lw.keys[w.key]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(lw.keys, w.key)
+	} else {
+		lw.keys[w.key] = ws
+	}
+}
+
+// wake makes the goroutine look again (Backend.Close: to end).
+func (lw *lossWatch) wake() {
+	lw.mu.Lock()
+	lw.pokeLocked()
+	lw.mu.Unlock()
+}
+
+func (lw *lossWatch) pokeLocked() {
+	select {
+	case lw.poke <- struct{}{}:
+	default:
+	}
+}
+
+// changed is the session's word that keys changed (all of them when keys is nil).
+func (lw *lossWatch) changed(keys []string) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	mark := func(ws []*watched) {
+		for _, w := range ws {
+			w.fresh = false
+			w.gen++
+		}
+	}
+	if keys == nil {
+		for _, ws := range lw.keys {
+			mark(ws)
+		}
+	}
+	for _, k := range keys {
+		mark(lw.keys[k])
+	}
+	lw.pokeLocked()
+}
+
+// lossReadTimeout bounds one read of a watched key; retryRead is how long the goroutine waits
+// to read again after a read failed, unless the session says sooner that it is back.
+const (
+	lossReadTimeout = 2 * time.Second
+	retryRead       = time.Second
+)
+
+// run is the goroutine: it keeps the session open while anything is watched and reads the
+// keys that need it. Backend.Close waits for it; it ends once nothing is watched.
+func (lw *lossWatch) run(b *Backend) {
+	defer b.bg.wg.Done()
+	var tr redisconn.Tracking
+	defer func() {
+		if tr != nil {
+			tr.Close()
+		}
+	}()
+	tracker, _ := b.c.(redisconn.Tracker)
+	for {
+		lw.mu.Lock()
+		if len(lw.keys) == 0 || b.closed.Load() {
+			lw.running = false
+			lw.mu.Unlock()
+			return
+		}
+		if tr == nil {
+			var err error
+			if tracker != nil {
+				tr, err = tracker.Track(lw.changed)
+			}
+			if tracker == nil || err != nil {
+				lw.off, lw.keys, lw.running = true, nil, false
+				lw.mu.Unlock()
+				return
+			}
+		}
+		var due []*watched
+		var gens []uint64
+		for _, ws := range lw.keys {
+			for _, w := range ws {
+				if !w.fresh {
+					due, gens = append(due, w), append(gens, w.gen)
+				}
+			}
+		}
+		lw.mu.Unlock()
+		failed := false
+		for i, w := range due {
+			if !lw.check(b, tr, w, gens[i]) {
+				failed = true
+			}
+		}
+		wait := time.Hour
+		if failed {
+			wait = retryRead
+		}
+		select {
+		case <-lw.poke:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// check reads w's key and calls lost when the lock is not w's any more. It reports whether
+// the read got an answer.
+func (lw *lossWatch) check(b *Backend, tr redisconn.Tracking, w *watched, gen uint64) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), lossReadTimeout)
+	reply, err := tr.Read(ctx, w.key, "HMGET", w.key, "owner", "token")
+	cancel()
+	var gone error
+	switch {
+	case redisconn.HasPrefix(err, "WRONGTYPE"):
+		gone = fmt.Errorf("%w: the server says the key of %q was overwritten with another type", fencelock.ErrNotHeld, w.name)
+	case err != nil:
+		return false
+	default:
+		owner, token := holder(reply)
+		switch {
+		case owner == "":
+			gone = fmt.Errorf("%w: the server says the key of %q was deleted or expired", fencelock.ErrNotHeld, w.name)
+		case owner != w.owner || token != w.token:
+			gone = fmt.Errorf("%w: the server says %q is now held by another lock (token %d)", fencelock.ErrNotHeld, w.name, token)
+		}
+	}
+	lw.mu.Lock()
+	stopped := w.stopped
+	if gone != nil {
+		lw.removeLocked(w)
+	} else if w.gen == gen {
+		w.fresh = true
+	}
+	lw.mu.Unlock()
+	if gone != nil && !stopped {
+		w.lost(gone)
+	}
+	return true
+}
+
+// holder reads HMGET owner token.
+func holder(reply any) (owner string, token int64) {
+	v, _ := reply.([]any)
+	if len(v) != 2 {
+		return "", 0
+	}
+	owner, _ = v[0].(string)
+	t, _ := v[1].(string)
+	token, _ = strconv.ParseInt(t, 10, 64)
+	return owner, token
+}

@@ -1,0 +1,169 @@
+package redisbackend_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+// A holder learns by push that its lock's key changed under it — deleted, overwritten, flushed,
+// lost to a restart — within seconds of a 30 s TTL whose first renewal is 10 s away: the
+// loss's cause says the server told, and no renewal came before it.
+func TestLossByPush(t *testing.T) {
+	t.Parallel()
+	type fault func(t *testing.T, ctx context.Context, srv *testserver.Redis, rdb *redis.Client, key string)
+	cases := []struct {
+		name  string
+		fault fault
+		says  string
+	}{
+		{"deleted", func(t *testing.T, ctx context.Context, _ *testserver.Redis, rdb *redis.Client, key string) {
+			must(t, rdb.Del(ctx, key).Err())
+		}, "deleted"},
+		{"taken by another owner", func(t *testing.T, ctx context.Context, _ *testserver.Redis, rdb *redis.Client, key string) {
+			must(t, rdb.HSet(ctx, key, "owner", "someone else", "token", 1).Err())
+		}, "held by another lock"},
+		{"overwritten with a string", func(t *testing.T, ctx context.Context, _ *testserver.Redis, rdb *redis.Client, key string) {
+			must(t, rdb.Set(ctx, key, "x", time.Minute).Err())
+		}, "overwritten"},
+		{"flushed", func(t *testing.T, ctx context.Context, _ *testserver.Redis, rdb *redis.Client, key string) {
+			must(t, rdb.FlushAll(ctx).Err())
+		}, "deleted"},
+		{"server restarted empty", func(t *testing.T, ctx context.Context, srv *testserver.Redis, _ *redis.Client, key string) {
+			must(t, srv.Kill())
+			must(t, srv.Restart())
+		}, "deleted"},
+		{"deleted after the watch's connections were killed", func(t *testing.T, ctx context.Context, _ *testserver.Redis, rdb *redis.Client, key string) {
+			must(t, rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
+			must(t, rdb.ClientKillByFilter(ctx, "TYPE", "normal").Err())
+			must(t, rdb.Del(ctx, key).Err())
+		}, "deleted"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := testserver.StartRedis(t, "--save", "", "--appendonly", "no")
+			rdb := srv.ClientT(t)
+			lossByPush(t, redisbackend.New(srv.ClientT(t)), func(ctx context.Context, key string) {
+				tc.fault(t, ctx, srv, rdb, key)
+			}, tc.says)
+		})
+	}
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := testserver.StartCluster(t, 3)
+		rdb := cl.ClientT(t)
+		lossByPush(t, redisbackend.New(cl.ClientT(t)), func(ctx context.Context, key string) {
+			must(t, rdb.Del(ctx, key).Err())
+		}, "deleted")
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		s := testserver.StartSentinel(t)
+		rdb := s.ClientT(t)
+		lossByPush(t, redisbackend.New(s.ClientT(t)), func(ctx context.Context, key string) {
+			must(t, rdb.Del(ctx, key).Err())
+		}, "deleted")
+	})
+}
+
+// lossByPush holds a lock past the moment its watch starts, runs fault, and wants the hold lost
+// by push, its cause containing says.
+func lossByPush(t *testing.T, b *redisbackend.Backend, fault func(ctx context.Context, key string), says string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var renewed atomic.Int32
+	c := fencelock.New(b, fencelock.WithObserver(func(e fencelock.Event) {
+		if e.Kind == fencelock.EventRenewed {
+			renewed.Add(1)
+		}
+	}))
+	defer c.Close()
+	defer b.Close()
+	lock, err := c.TryObtain(ctx, "pushed", fencelock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the watch starts 10 ms into the hold
+	start := time.Now()
+	fault(ctx, b.Key("pushed"))
+	select {
+	case <-lock.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder was not told within 5 s: the loss waits for the renewal 10 s into the hold")
+	}
+	t.Logf("told %v after the fault", time.Since(start).Round(100*time.Microsecond))
+	err = context.Cause(lock.Context())
+	if !errors.Is(err, fencelock.ErrLost) || !errors.Is(err, fencelock.ErrNotHeld) || !strings.Contains(err.Error(), "the server says") || !strings.Contains(err.Error(), says) {
+		t.Fatalf("cause %v: want a loss the server told of (%q)", err, says)
+	}
+	if n := renewed.Load(); n != 0 {
+		t.Fatalf("%d renewals before the loss: want the push to tell first", n)
+	}
+}
+
+// A watched hold is not lost while the store keeps it: renewals, a second hold of the same
+// owner through another Client, and other keys' changes each make the server push, and each
+// read that follows finds the lock still the holder's.
+func TestLossByPushKeepsAHeldLock(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	rdb := srv.ClientT(t)
+	b := redisbackend.New(srv.ClientT(t))
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var renewed atomic.Int32
+	c1 := fencelock.New(b, fencelock.WithObserver(func(e fencelock.Event) {
+		if e.Kind == fencelock.EventRenewed {
+			renewed.Add(1)
+		}
+	}))
+	defer c1.Close()
+	c2 := fencelock.New(b)
+	defer c2.Close()
+	opts := []fencelock.Option{fencelock.WithTTL(300 * time.Millisecond), fencelock.WithOwner("one-owner")}
+	l1, err := c1.TryObtain(ctx, "kept", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := c2.TryObtain(ctx, "kept", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c1.TryObtain(ctx, "kept-other", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, other.Release(ctx))
+	must(t, rdb.Set(ctx, "unrelated", "x", time.Minute).Err())
+	select {
+	case <-l1.Context().Done():
+		t.Fatalf("lost: %v", context.Cause(l1.Context()))
+	case <-l2.Context().Done():
+		t.Fatalf("lost: %v", context.Cause(l2.Context()))
+	case <-time.After(1500 * time.Millisecond):
+	}
+	if renewed.Load() < 5 {
+		t.Fatalf("%d renewals in 1.5 s of a 300 ms TTL: want the watchdog to have run", renewed.Load())
+	}
+	must(t, l2.Release(ctx))
+	must(t, l1.Release(ctx))
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,272 @@
+package redisconn
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Track implements Tracker for a *redis.Client (a single node or a Sentinel failover client)
+// and a *redis.ClusterClient; any other go-redis client gets ErrNoTracking.
+//
+// The session runs on a client of its own, made from the caller's options with RESP2, so
+// that the caller's connections never change protocol or carry tracking state. Per master it
+// keeps two connections: one subscribed to __redis__:invalidate, and one that reads with
+// CLIENT TRACKING ON REDIRECT to the first. Whatever goes wrong with either — an error, a
+// closed connection, a flush announced by a nil message — ends both, and the next pair starts
+// with changed(nil).
+func (g *goRedis) Track(changed func(keys []string)) (Tracking, error) {
+	t := &goRedisTracking{changed: changed, nodes: make(map[string]*trackNode)}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	switch c := g.c.(type) {
+	case *redis.Client:
+		o := *c.Options()
+		o.Protocol, o.OnConnect = 2, t.onConnect(o.OnConnect)
+		o.PoolSize, o.MinIdleConns = 4, 0
+		o.MaintNotificationsConfig = nil
+		t.one = redis.NewClient(&o)
+		t.closer = t.one
+	case *redis.ClusterClient:
+		o := *c.Options()
+		o.Protocol, o.OnConnect = 2, t.onConnect(o.OnConnect)
+		o.PoolSize, o.MinIdleConns = 4, 0
+		o.MaintNotificationsConfig = nil
+		t.cluster = redis.NewClusterClient(&o)
+		t.closer = t.cluster
+	default:
+		return nil, ErrNoTracking
+	}
+	return t, nil
+}
+
+// invalidations is the channel a RESP2 connection hears tracking's invalidations on.
+const invalidations = "__redis__:invalidate"
+
+// goRedisTracking is one tracking session. Locking: mu guards nodes and closed.
+type goRedisTracking struct {
+	changed func([]string)
+	one     *redis.Client        // the private client of a single node
+	cluster *redis.ClusterClient // or of a Cluster
+	closer  interface{ Close() error }
+	ctx     context.Context // ends on Close
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	mu     sync.Mutex
+	nodes  map[string]*trackNode // by master address
+	closed bool
+}
+
+// idSlot, put in the context of a subscription, receives the client ID of the connection
+// the subscription makes: OnConnect runs on it before it subscribes.
+type idSlot struct{ id atomic.Int64 }
+
+type idSlotKey struct{}
+
+func (t *goRedisTracking) onConnect(user func(context.Context, *redis.Conn) error) func(context.Context, *redis.Conn) error {
+	return func(ctx context.Context, cn *redis.Conn) error {
+		if user != nil {
+			if err := user(ctx, cn); err != nil {
+				return err
+			}
+		}
+		if slot, ok := ctx.Value(idSlotKey{}).(*idSlot); ok {
+			id, err := cn.ClientID(ctx).Result()
+			if err != nil {
+				return err
+			}
+			slot.id.Store(id)
+		}
+		return nil
+	}
+}
+
+// node returns the session of key's master, starting it when it is new.
+func (t *goRedisTracking) node(ctx context.Context, key string) (*trackNode, error) {
+	c := t.one
+	if t.cluster != nil {
+		var err error
+		if c, err = t.cluster.MasterForKey(ctx, key); err != nil {
+			return nil, goRedisErr(err)
+		}
+	}
+	addr := c.Options().Addr
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errors.New("redisconn: tracking session closed")
+	}
+	n := t.nodes[addr]
+	if n == nil {
+		n = &trackNode{t: t, c: c}
+		t.nodes[addr] = n
+		t.wg.Add(1)
+		go n.run()
+	}
+	return n, nil
+}
+
+func (t *goRedisTracking) Read(ctx context.Context, key string, args ...any) (any, error) {
+	n, err := t.node(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return n.read(ctx, args)
+}
+
+func (t *goRedisTracking) Close() {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	nodes := t.nodes
+	t.mu.Unlock()
+	t.cancel()
+	for _, n := range nodes {
+		n.breakOff()
+	}
+	t.wg.Wait()
+	_ = t.closer.Close()
+}
+
+// trackNode is the session of one master: a pair of connections at a time, made anew by run
+// after each end. Locking: mu guards tc and ps.
+type trackNode struct {
+	t *goRedisTracking
+	c *redis.Client // the master, through the private client
+
+	mu sync.Mutex // also serialises reads: a Conn is one connection
+	tc *redis.Conn
+	ps *redis.PubSub
+}
+
+var errNotTracking = errors.New("redisconn: the tracking session is not connected")
+
+func (n *trackNode) read(ctx context.Context, args []any) (any, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.tc == nil {
+		return nil, errNotTracking
+	}
+	reply, err := goRedisReply(n.tc.Do(ctx, args...))
+	if err != nil {
+		if _, server := errors.AsType[*ServerError](err); !server {
+			// The read may not have reached the server, or its tracking: the pair is done.
+			n.breakLocked()
+		}
+	}
+	return reply, err
+}
+
+// breakOff ends the current pair.
+func (n *trackNode) breakOff() {
+	n.mu.Lock()
+	n.breakLocked()
+	n.mu.Unlock()
+}
+
+func (n *trackNode) breakLocked() {
+	if n.ps != nil {
+		_ = n.ps.Close() // ends the receive loop
+	}
+	if n.tc != nil {
+		_ = n.tc.Close()
+	}
+	n.ps, n.tc = nil, nil
+}
+
+// run makes a pair, hears its invalidations until it ends, and makes the next, backing off
+// while the server does not answer, until Close.
+func (n *trackNode) run() {
+	defer n.t.wg.Done()
+	wait := 10 * time.Millisecond
+	for n.t.ctx.Err() == nil {
+		ps, err := n.connect()
+		if err == nil {
+			wait = 10 * time.Millisecond
+			n.t.changed(nil)
+			n.hear(ps)
+			continue
+		}
+		if _, server := errors.AsType[*ServerError](err); server {
+			// CLIENT TRACKING refused (Redis before 6, or an ACL): the renewals stay.
+			return
+		}
+		select {
+		case <-time.After(wait):
+		case <-n.t.ctx.Done():
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// connect subscribes a connection to the invalidations and has a second one redirect its
+// tracking there.
+func (n *trackNode) connect() (*redis.PubSub, error) {
+	slot := &idSlot{}
+	ctx, cancel := context.WithTimeout(context.WithValue(n.t.ctx, idSlotKey{}, slot), 5*time.Second)
+	defer cancel()
+	ps := n.c.Subscribe(ctx)
+	n.mu.Lock()
+	n.ps = ps // for Close to end it, should the server not answer
+	n.mu.Unlock()
+	if err := ps.Subscribe(ctx, invalidations); err != nil {
+		_ = ps.Close()
+		return nil, goRedisErr(err)
+	}
+	if _, err := ps.ReceiveTimeout(ctx, 5*time.Second); err != nil {
+		_ = ps.Close()
+		return nil, goRedisErr(err)
+	}
+	id := slot.id.Load()
+	if id == 0 {
+		_ = ps.Close()
+		return nil, errors.New("redisconn: the subscription's connection has no client ID")
+	}
+	tc := n.c.EphemeralConn()
+	if err := tc.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", id).Err(); err != nil {
+		_ = tc.Close()
+		_ = ps.Close()
+		return nil, goRedisErr(err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ps != ps || n.t.ctx.Err() != nil {
+		_ = tc.Close()
+		_ = ps.Close()
+		return nil, errors.New("redisconn: tracking session closed")
+	}
+	n.tc = tc
+	return ps, nil
+}
+
+// hear passes on the invalidations of ps until ps fails or is closed, and ends the pair.
+func (n *trackNode) hear(ps *redis.PubSub) {
+	for {
+		msg, err := ps.Receive(n.t.ctx)
+		if err != nil {
+			// A nil message (the server flushed its keys) fails to parse, and lands here too.
+			break
+		}
+		if m, ok := msg.(*redis.Message); ok && m.Channel == invalidations {
+			keys := m.PayloadSlice
+			if keys == nil {
+				keys = []string{m.Payload}
+			}
+			n.t.changed(keys)
+		}
+	}
+	n.mu.Lock()
+	if n.ps == ps {
+		n.breakLocked()
+	}
+	n.mu.Unlock()
+}
+
+var _ Tracker = (*goRedis)(nil)
