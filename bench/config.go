@@ -11,7 +11,7 @@ import (
 )
 
 // scenarioNames in the order they run.
-var scenarioNames = []string{"latency", "throughput", "contention", "handoff", "redlock", "watchdog"}
+var scenarioNames = []string{"latency", "throughput", "contention", "handoff", "redlock", "watchdog", "loss"}
 
 // config is one run's settings. Zero counts and durations in the flags take the mode's
 // defaults.
@@ -33,6 +33,7 @@ type config struct {
 	watchdogLocks     int
 	watchdogTTL       time.Duration
 	watchdogIntervals int
+	lossSamples       int // loss: deleted keys per library
 	pin               bool
 	timeout           time.Duration
 	writeDocs         bool
@@ -59,15 +60,15 @@ var modes = map[string]config{
 	"full": {rounds: 10, warmup: 200, cycles: 20000, throughput: 4 * time.Second, goroutines: 32,
 		contention: 5 * time.Second, workers: 8, critical: 20 * time.Microsecond,
 		handoffs: 300, handoffBudget: 25 * time.Second, redlockCycles: 10000,
-		watchdogLocks: 10000, watchdogTTL: 3 * time.Second, watchdogIntervals: 5},
+		watchdogLocks: 10000, watchdogTTL: 3 * time.Second, watchdogIntervals: 5, lossSamples: 100},
 	"quick": {rounds: 4, warmup: 100, cycles: 2000, throughput: time.Second, goroutines: 32,
 		contention: 1200 * time.Millisecond, workers: 8, critical: 20 * time.Microsecond,
 		handoffs: 40, handoffBudget: 3 * time.Second, redlockCycles: 1000,
-		watchdogLocks: 2000, watchdogTTL: 1500 * time.Millisecond, watchdogIntervals: 3},
+		watchdogLocks: 2000, watchdogTTL: 1500 * time.Millisecond, watchdogIntervals: 3, lossSamples: 20},
 	"tiny": {rounds: 2, warmup: 2, cycles: 20, throughput: 40 * time.Millisecond, goroutines: 4,
 		contention: 60 * time.Millisecond, workers: 3, critical: 20 * time.Microsecond,
 		handoffs: 2, handoffBudget: time.Second, redlockCycles: 10,
-		watchdogLocks: 30, watchdogTTL: 300 * time.Millisecond, watchdogIntervals: 1},
+		watchdogLocks: 30, watchdogTTL: 300 * time.Millisecond, watchdogIntervals: 1, lossSamples: 2},
 }
 
 // limits bound every count and duration a flag can set, so that a run always ends.
@@ -98,6 +99,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.IntVar(&c.watchdogLocks, "watchdog-locks", 0, "watchdog: locks held at once by one client (default: full 10000, quick 2000)")
 	fs.DurationVar(&c.watchdogTTL, "watchdog-ttl", 0, "watchdog: TTL of the held locks; renewed every TTL/3 (default: full 3s, quick 1.5s)")
 	fs.IntVar(&c.watchdogIntervals, "watchdog-intervals", 0, "watchdog: renewal intervals measured (default: full 5, quick 3)")
+	fs.IntVar(&c.lossSamples, "loss-samples", 0, "loss: deleted keys per library (default: full 100, quick 20)")
 	fs.BoolVar(&c.pin, "pin", true, "pin the redis-server processes to CPU 0 and this program to CPU 1 (GOMAXPROCS 1), when there are 2 CPUs or more")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "stop the run after this long")
 	fs.BoolVar(&c.writeDocs, "write-docs", false, "write the results to docs/PERFORMANCE.md of the fencelock checkout (see -docs)")
@@ -112,7 +114,8 @@ to the floor: a bare SET NX PX and compare-and-delete script on one go-redis cli
 
 Scenarios: latency (uncontended obtain+release), throughput (%d goroutines on their own names),
 contention (workers with their own clients on one name), handoff (release to a blocked waiter),
-redlock (5 nodes against 1), watchdog (thousands of locks held and renewed by one client).
+redlock (5 nodes against 1), watchdog (thousands of locks held and renewed by one client),
+loss (how soon a holder learns that its key was deleted).
 
 Flags:
 `, 32)
@@ -174,6 +177,7 @@ func (c *config) finish(scenarios, contenders string) error {
 	setInt(&c.watchdogLocks, d.watchdogLocks)
 	setDur(&c.watchdogTTL, d.watchdogTTL)
 	setInt(&c.watchdogIntervals, d.watchdogIntervals)
+	setInt(&c.lossSamples, d.lossSamples)
 	if c.timeout == 0 {
 		c.timeout = 30 * time.Minute
 	}
@@ -208,7 +212,7 @@ func (c *config) finish(scenarios, contenders string) error {
 		{"rounds", c.rounds, 1000}, {"cycles", c.cycles, maxCycles}, {"goroutines", c.goroutines, 4096},
 		{"workers", c.workers, maxWorkers}, {"handoffs", c.handoffs, 100_000},
 		{"redlock-cycles", c.redlockCycles, maxCycles}, {"watchdog-locks", c.watchdogLocks, maxLocks},
-		{"watchdog-intervals", c.watchdogIntervals, 100},
+		{"watchdog-intervals", c.watchdogIntervals, 100}, {"loss-samples", c.lossSamples, 10_000},
 	}
 	for _, k := range checks {
 		if k.v < 1 || k.v > k.hi {

@@ -148,6 +148,10 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 			rep.watchdog, err = runWatchdog(ctx, cfg, srv.nodes[0])
 			return err
 		}},
+		{"loss", func() (err error) {
+			rep.loss, err = runLoss(ctx, cfg, srv.nodes[0])
+			return err
+		}},
 	}
 	for _, s := range steps {
 		if err := step(s.name, s.f); err != nil {

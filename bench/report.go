@@ -17,6 +17,7 @@ type report struct {
 	handoff    []handoffRow
 	redlock    []redlockRow
 	watchdog   []watchdogRow
+	loss       []lossRow
 	failed     []string // scenarios that ended with an error, and the error
 }
 
@@ -74,6 +75,7 @@ func (r *report) markdown() string {
 
 	r.summary(&sb)
 	r.sections(&sb)
+	r.lossSection(&sb)
 	if len(r.failed) > 0 {
 		sb.WriteString("## Scenarios that failed\n\n")
 		for _, f := range r.failed {
@@ -247,6 +249,16 @@ func (r *report) summary(sb *strings.Builder) {
 			fmt.Sprintf("%.3f; %.1f%% of a core", per100, core), "no Go peer renews in batches", "≤ 1; < 5%", verdict(per100 <= 1 && core < 5)})
 		break
 	}
+	if len(r.loss) > 1 && r.loss[0].samples > 0 {
+		fl, best := r.loss[0], lossRow{}
+		for _, row := range r.loss[1:] {
+			if row.samples > 0 && !strings.HasPrefix(row.label, "fencelock") && (best.label == "" || row.p50 < best.p50) {
+				best = row
+			}
+		}
+		rows = append(rows, []string{"holder told that its key was deleted, p50 (TTL 2s)", ms(fl.p50), ms(best.p50) + " " + best.label,
+			"≤ 5 ms, not at the next renewal", verdict(fl.p50 <= 5*time.Millisecond && fl.missed == 0)})
+	}
 	if len(rows) == 0 {
 		sb.WriteString("(no scenario with a target ran)\n\n")
 		return
@@ -410,6 +422,39 @@ func (r *report) sections(sb *strings.Builder) {
 		}
 		sb.WriteString("\n")
 	}
+}
+
+// lossSection is scenario 7.
+func (r *report) lossSection(sb *strings.Builder) {
+	if len(r.loss) == 0 {
+		return
+	}
+	fmt.Fprintf(sb, "## 7. Loss by push\n\n"+
+		"A client holds a lock with a TTL of %v, 50 ms after obtaining it another client deletes its key\n"+
+		"(DEL), and the figure is how long the holder takes to learn of it — its lock's context ends. The\n"+
+		"libraries take turns, %d samples each. A holder not told within the TTL and a second is counted\n"+
+		"as not told.\n\n", lossTTL, r.cfg.lossSamples)
+	var rows [][]string
+	for _, l := range r.loss {
+		row := []string{l.label, fmt.Sprint(l.samples), ms(l.p50), ms(l.p99), fmt.Sprint(l.missed)}
+		if l.err != nil {
+			row[1] = "failed: " + strings.ReplaceAll(l.err.Error(), "|", "/")
+		}
+		rows = append(rows, row)
+	}
+	table(sb, []string{"library", "samples", "told p50", "told p99", "not told"}, rows)
+	for _, l := range r.loss {
+		sb.WriteString("- " + l.label + ": " + l.note + "\n")
+	}
+	sb.WriteString("\n")
+}
+
+// ms prints d in milliseconds, to a tenth below 10 ms.
+func ms(d time.Duration) string {
+	if d < 10*time.Millisecond {
+		return fmt.Sprintf("%.1f ms", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.0f ms", float64(d)/1e6)
 }
 
 func failures(n int, first error) string {

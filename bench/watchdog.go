@@ -77,7 +77,8 @@ func runWatchdog(ctx context.Context, cfg *config, srv *server) ([]watchdogRow, 
 		note  string
 	}{
 		{"fencelock", func() (holder, error) { return newFencelockHolder(srv.Addr, cfg.watchdogTTL), nil },
-			"TTL " + cfg.watchdogTTL.String() + ", renewed every TTL/3 (the default) by one scheduler per client, due renewals batched in a pipeline"},
+			"TTL " + cfg.watchdogTTL.String() + ", renewed every TTL/3 (the default) by one scheduler per client, due renewals batched in a pipeline; " +
+				"each renewal also makes the server push an invalidation to the loss watch, which reads the key again (HMGET, 256 to a pipeline) on a connection of its own that the round trips leave out, but the server's commands, CPU and memory count"},
 		{"rueidislock (KeyMajority 1, NoLoopTracking)", func() (holder, error) { return newRueidisHolder(srv.Addr, cfg.watchdogTTL, every, true) },
 			"KeyValidity " + cfg.watchdogTTL.String() + ", ExtendInterval " + every.String() + ": a goroutine and a timer per lock, auto-pipelined; NoLoopTracking (Redis 7.0.5 and later) keeps the client from hearing of its own writes"},
 		{"rueidislock (KeyMajority 1)", func() (holder, error) { return newRueidisHolder(srv.Addr, cfg.watchdogTTL, every, false) },

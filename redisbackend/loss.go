@@ -136,8 +136,9 @@ func (lw *lossWatch) changed(keys []string) {
 	lw.pokeLocked()
 }
 
-// lossReadTimeout bounds one read of a watched key; retryRead is how long the goroutine waits
-// to read again after a read failed, unless the session says sooner that it is back.
+// lossReadTimeout bounds one batch of reads of watched keys; retryRead is how long the
+// goroutine waits to read again after a read failed, unless the session says sooner that it
+// is back.
 const (
 	lossReadTimeout = 2 * time.Second
 	retryRead       = time.Second
@@ -183,10 +184,12 @@ func (lw *lossWatch) run(b *Backend) {
 		}
 		lw.mu.Unlock()
 		failed := false
-		for i, w := range due {
-			if !lw.check(b, tr, w, gens[i]) {
+		for len(due) > 0 {
+			k := min(len(due), lossReadBatch)
+			if !lw.check(tr, due[:k], gens[:k]) {
 				failed = true
 			}
+			due, gens = due[k:], gens[k:]
 		}
 		wait := time.Hour
 		if failed {
@@ -199,39 +202,62 @@ func (lw *lossWatch) run(b *Backend) {
 	}
 }
 
-// check reads w's key and calls lost when the lock is not w's any more. It reports whether
-// the read got an answer.
-func (lw *lossWatch) check(b *Backend, tr redisconn.Tracking, w *watched, gen uint64) bool {
+// lossReadBatch is the most keys read in one round trip.
+const lossReadBatch = 256
+
+// check reads the keys of ws, gens their change counts when the reads were planned, and
+// calls lost for each lock that is not its lease's any more. It reports whether every read
+// got an answer.
+func (lw *lossWatch) check(tr redisconn.Tracking, ws []*watched, gens []uint64) bool {
+	reads := make([]redisconn.TrackedRead, len(ws))
+	for i, w := range ws {
+		reads[i] = redisconn.TrackedRead{Key: w.key, Args: []any{"HMGET", w.key, "owner", "token"}}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), lossReadTimeout)
-	reply, err := tr.Read(ctx, w.key, "HMGET", w.key, "owner", "token")
+	tr.Read(ctx, reads)
 	cancel()
-	var gone error
-	switch {
-	case redisconn.HasPrefix(err, "WRONGTYPE"):
-		gone = fmt.Errorf("%w: the server says the key of %q was overwritten with another type", fencelock.ErrNotHeld, w.name)
-	case err != nil:
-		return false
-	default:
-		owner, token := holder(reply)
+	answered := true
+	var lost []*watched
+	var why []error
+	lw.mu.Lock()
+	for i, w := range ws {
+		gone, ok := verdict(w, reads[i].Reply, reads[i].Err)
 		switch {
-		case owner == "":
-			gone = fmt.Errorf("%w: the server says the key of %q was deleted or expired", fencelock.ErrNotHeld, w.name)
-		case owner != w.owner || token != w.token:
-			gone = fmt.Errorf("%w: the server says %q is now held by another lock (token %d)", fencelock.ErrNotHeld, w.name, token)
+		case !ok:
+			answered = false
+		case gone != nil:
+			if !w.stopped {
+				lost, why = append(lost, w), append(why, gone)
+			}
+			lw.removeLocked(w)
+		case w.gen == gens[i]:
+			w.fresh = true
 		}
 	}
-	lw.mu.Lock()
-	stopped := w.stopped
-	if gone != nil {
-		lw.removeLocked(w)
-	} else if w.gen == gen {
-		w.fresh = true
-	}
 	lw.mu.Unlock()
-	if gone != nil && !stopped {
-		w.lost(gone)
+	for i, w := range lost {
+		w.lost(why[i])
 	}
-	return true
+	return answered
+}
+
+// verdict reads the reply of w's read: gone says why the lock is not w's any more, nil
+// while it is; ok is false when the read got no answer.
+func verdict(w *watched, reply any, err error) (gone error, ok bool) {
+	switch {
+	case redisconn.HasPrefix(err, "WRONGTYPE"):
+		return fmt.Errorf("%w: the server says the key of %q was overwritten with another type", fencelock.ErrNotHeld, w.name), true
+	case err != nil:
+		return nil, false
+	}
+	owner, token := holder(reply)
+	switch {
+	case owner == "":
+		return fmt.Errorf("%w: the server says the key of %q was deleted or expired", fencelock.ErrNotHeld, w.name), true
+	case owner != w.owner || token != w.token:
+		return fmt.Errorf("%w: the server says %q is now held by another lock (token %d)", fencelock.ErrNotHeld, w.name, token), true
+	}
+	return nil, true
 }
 
 // holder reads HMGET owner token.

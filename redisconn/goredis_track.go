@@ -110,12 +110,19 @@ func (t *goRedisTracking) node(ctx context.Context, key string) (*trackNode, err
 	return n, nil
 }
 
-func (t *goRedisTracking) Read(ctx context.Context, key string, args ...any) (any, error) {
-	n, err := t.node(ctx, key)
-	if err != nil {
-		return nil, err
+func (t *goRedisTracking) Read(ctx context.Context, reads []TrackedRead) {
+	byNode := make(map[*trackNode][]int)
+	for i := range reads {
+		n, err := t.node(ctx, reads[i].Key)
+		if err != nil {
+			reads[i].Err = err
+			continue
+		}
+		byNode[n] = append(byNode[n], i)
 	}
-	return n.read(ctx, args)
+	for n, idx := range byNode {
+		n.read(ctx, reads, idx)
+	}
 }
 
 func (t *goRedisTracking) Close() {
@@ -148,20 +155,34 @@ type trackNode struct {
 
 var errNotTracking = errors.New("redisconn: the tracking session is not connected")
 
-func (n *trackNode) read(ctx context.Context, args []any) (any, error) {
+// read runs reads[idx] as one pipeline on the tracking connection.
+func (n *trackNode) read(ctx context.Context, reads []TrackedRead, idx []int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.tc == nil {
-		return nil, errNotTracking
+		for _, i := range idx {
+			reads[i].Err = errNotTracking
+		}
+		return
 	}
-	reply, err := goRedisReply(n.tc.Do(ctx, args...))
-	if err != nil {
-		if _, server := errors.AsType[*ServerError](err); !server {
-			// The read may not have reached the server, or its tracking: the pair is done.
-			n.breakLocked()
+	cmds := make([]*redis.Cmd, len(idx))
+	_, _ = n.tc.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, i := range idx {
+			cmds[k] = p.Do(ctx, reads[i].Args...)
+		}
+		return nil
+	})
+	broken := false
+	for k, i := range idx {
+		reads[i].Reply, reads[i].Err = goRedisReply(cmds[k])
+		if _, server := errors.AsType[*ServerError](reads[i].Err); reads[i].Err != nil && !server {
+			broken = true
 		}
 	}
-	return reply, err
+	if broken {
+		// A read may not have reached the server, or its tracking: the pair is done.
+		n.breakLocked()
+	}
 }
 
 // breakOff ends the current pair.

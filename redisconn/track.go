@@ -26,12 +26,20 @@ type Tracker interface {
 
 // Tracking is one tracking session of a Tracker.
 type Tracking interface {
-	// Read runs the read-only command args, whose first key is key, on key's master, and
-	// watches key from then on. Before the session connected, and after its connection
-	// dropped until changed(nil) says it is back, it returns an error: read again then.
-	Read(ctx context.Context, key string, args ...any) (any, error)
+	// Read runs each read, in one pipeline per master, and sets its Reply and Err; each key
+	// read is watched from then on. Before the session connected, and after its connection
+	// dropped until changed(nil) says it is back, the reads fail: read again then.
+	Read(ctx context.Context, reads []TrackedRead)
 	// Close ends the session and waits for its goroutines.
 	Close()
+}
+
+// TrackedRead is one read of a Tracking: a read-only command whose first key is Key.
+type TrackedRead struct {
+	Key   string
+	Args  []any // the command and its arguments
+	Reply any   // set by Read
+	Err   error // set by Read
 }
 
 // ErrNoTracking is Track's error for a client that cannot hold a tracking session.

@@ -388,7 +388,9 @@ func testTracking(t *testing.T, c redisconn.Conn) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			_, err := tr.Read(ctx, watched, "GET", watched)
+			r := []redisconn.TrackedRead{{Key: watched, Args: []any{"GET", watched}}}
+			tr.Read(ctx, r)
+			err := r[0].Err
 			if err == nil {
 				return
 			}
