@@ -240,6 +240,7 @@ func (b *Backend) Close() error {
 	b.closed.Store(true)
 	b.loss.wake()
 	b.bg.close()
+	b.pipe.wait()
 	b.watch.Close()
 	return nil
 }

@@ -14,9 +14,10 @@ import (
 // one read and one write for a whole batch instead of one each per call. A lone caller pays
 // nothing for it.
 //
-// No goroutine of its own does the sending: a call that finds every slot taken waits in the
-// queue; a send that ends hands the queue, as one batch, to the goroutine of its first call,
-// which sends it and hands on in turn.
+// A call sent alone runs on its caller's goroutine. A batch is sent by a goroutine of its own,
+// started when a send ends with calls queued, which sends the next batch in turn; every call of
+// a batch returns by its own context's end, as a call sent alone does, with its outcome
+// unknown when the batch was sent and had not come back. Close waits for the batches.
 type pipeliner struct {
 	c   redisconn.Conn
 	max int // sends in flight at most: one call each, or one batch
@@ -24,6 +25,7 @@ type pipeliner struct {
 	mu       sync.Mutex
 	inflight int
 	queue    []*call
+	batches  sync.WaitGroup
 }
 
 // A call is one script call waiting in the queue.
@@ -34,8 +36,7 @@ type call struct {
 	args   []any
 	reply  any
 	err    error
-	batch  []*call       // set for the first call of a batch: its goroutine sends the batch
-	done   chan struct{} // one signal: reply and err are set, or batch is to be sent
+	done   chan struct{} // closed when reply and err are set
 }
 
 // maxBatch bounds a batch; the rest of the queue goes in the next.
@@ -54,34 +55,35 @@ func (p *pipeliner) run(ctx context.Context, script *redisconn.Script, keys []st
 		p.handOn()
 		return reply, err
 	}
-	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{}, 1)}
+	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
 	p.queue = append(p.queue, c)
 	p.mu.Unlock()
 	select {
 	case <-c.done:
+		return c.reply, c.err
 	case <-ctx.Done():
-		p.mu.Lock()
-		for i, q := range p.queue {
-			if q == c {
-				// Never sent: the caller may stop waiting, and knows the call had no effect.
-				p.queue = append(p.queue[:i], p.queue[i+1:]...)
-				p.mu.Unlock()
-				return nil, ctx.Err()
-			}
+	}
+	p.mu.Lock()
+	for i, q := range p.queue {
+		if q == c {
+			// Never sent: the caller knows the call had no effect.
+			p.queue = append(p.queue[:i], p.queue[i+1:]...)
+			p.mu.Unlock()
+			return nil, ctx.Err()
 		}
-		p.mu.Unlock()
-		// In a batch already: its outcome comes within the batch's deadline, and is better
-		// known than guessed.
-		<-c.done
 	}
-	if c.batch != nil {
-		p.send(c.batch)
-		p.handOn()
+	p.mu.Unlock()
+	select {
+	case <-c.done: // it came back meanwhile
+		return c.reply, c.err
+	default:
 	}
-	return c.reply, c.err
+	// In a batch on its way: the script may run or have run, as for a call sent alone whose
+	// context ended.
+	return nil, ctx.Err()
 }
 
-// handOn ends a send: the queue, if any, goes to its first call's goroutine as one batch, and
+// handOn ends a send: the queue, if any, goes out as one batch on a goroutine of its own, and
 // the slot passes with it; otherwise the slot is free.
 func (p *pipeliner) handOn() {
 	p.mu.Lock()
@@ -93,14 +95,18 @@ func (p *pipeliner) handOn() {
 	n := min(len(p.queue), maxBatch)
 	batch := p.queue[:n:n]
 	p.queue = append([]*call(nil), p.queue[n:]...)
-	batch[0].batch = batch
+	p.batches.Add(1)
 	p.mu.Unlock()
-	batch[0].done <- struct{}{}
+	go func() {
+		defer p.batches.Done()
+		p.send(batch)
+		p.handOn()
+	}()
 }
 
-// send sends a batch as one pipeline and signals every call but the first, whose goroutine
-// is the sender. Its context carries the first call's values and no cancellation: the calls
-// of other callers ride on it. It ends at the latest deadline in the batch, if all have one.
+// send sends a batch as one pipeline and signals every call. Its context carries the first
+// call's values and no cancellation: the calls of other callers ride on it. It ends at the
+// latest deadline in the batch, if all have one; each caller stops waiting at its own.
 func (p *pipeliner) send(batch []*call) {
 	ctx := context.WithoutCancel(batch[0].ctx)
 	var latest time.Time
@@ -126,8 +132,9 @@ func (p *pipeliner) send(batch []*call) {
 	p.c.EvalBatch(ctx, calls)
 	for k, c := range batch {
 		c.reply, c.err = calls[k].Reply, calls[k].Err
-	}
-	for _, c := range batch[1:] {
-		c.done <- struct{}{}
+		close(c.done)
 	}
 }
+
+// wait waits for the batches on their way.
+func (p *pipeliner) wait() { p.batches.Wait() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,8 @@ type sends struct {
 	holdNext                 atomic.Bool
 	holding                  chan struct{} // receives when a held command starts waiting
 	hold                     time.Duration
+	holdPipes                time.Duration // how long each pipeline of scripts is held back
+	pipeDone                 atomic.Bool   // set when a pipeline of scripts came back
 }
 
 func (s *sends) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -42,7 +45,15 @@ func (s *sends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		s.pipelines.Add(1)
 		s.piped.Add(int64(len(cmds)))
-		return next(ctx, cmds)
+		script := len(cmds) > 0 && strings.HasPrefix(cmds[0].Name(), "eval")
+		if script {
+			time.Sleep(s.holdPipes)
+		}
+		err := next(ctx, cmds)
+		if script {
+			s.pipeDone.Store(true)
+		}
+		return err
 	}
 }
 
@@ -147,6 +158,56 @@ func TestQueuedCallLeavesOnCancel(t *testing.T) {
 	}
 	if s.pipelines.Load() != 0 {
 		t.Fatalf("%d pipelines sent; the cancelled call must not have been", s.pipelines.Load())
+	}
+}
+
+// A call sent in a batch returns when its own context ends, with the context's error, though
+// the batch is still on its way for a caller with a later deadline. (It used to wait for the
+// batch, which ends by its latest deadline: a nemesis run saw calls return 800 ms late.)
+func TestBatchedCallReturnsByItsOwnDeadline(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	s := &sends{holding: make(chan struct{}, 1), hold: 200 * time.Millisecond}
+	rdb.AddHook(s)
+	b := redisbackend.New(rdb, redisbackend.WithPipelining(1))
+	defer b.Close()
+	req := fencelock.Request{Name: "slot", Owner: "o", TTL: 10 * time.Second}
+	if _, err := b.Acquire(ctx, req); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	s.holdPipes = time.Second
+	s.holdNext.Store(true)
+	first := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(ctx, fencelock.Request{Name: "first", Owner: "o", TTL: 10 * time.Second})
+		first <- err
+	}()
+	<-s.holding // the first call has the only slot, and is held back 200 ms
+	later := make(chan error, 1)
+	go func() {
+		lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer lcancel()
+		_, err := b.Acquire(lctx, fencelock.Request{Name: "later", Owner: "o", TTL: 10 * time.Second})
+		later <- err
+	}()
+	sctx, scancel := context.WithTimeout(ctx, 600*time.Millisecond)
+	defer scancel()
+	_, err := b.Acquire(sctx, fencelock.Request{Name: "sooner", Owner: "o", TTL: 10 * time.Second})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("batched call whose context ended: %v, want context.DeadlineExceeded", err)
+	}
+	if s.pipeDone.Load() {
+		t.Fatal("the call returned only after its batch came back: want it back at its own deadline")
+	}
+	if s.pipelines.Load() == 0 {
+		t.Fatal("no batch was sent: the test did not put the call in one")
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-later; err != nil {
+		t.Fatalf("the batch's other call: %v", err)
 	}
 }
 
