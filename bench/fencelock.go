@@ -22,12 +22,12 @@ func init() {
 		},
 	})
 	register(&Entry{
-		Library: "fencelock", Setting: "WithPipelining(8)",
+		Library: "fencelock", Setting: "WithPipelining(0)",
 		Uncontended: true,
-		Note:        "fencelock (WithPipelining(8)): calls beyond 8 in flight wait and go out together as one pipeline (off by default: a batch ends by its latest deadline)",
+		Note:        "fencelock (WithPipelining(0)): every call sent on its own, the default before December 2026; by default calls beyond 8 in flight go out together as one pipeline",
 		New: func(addrs []string) (Contender, error) {
 			rdb := newGoRedis(addrs[0])
-			return &fencelockContender{locker: fencelock.New(redisbackend.New(rdb, redisbackend.WithPipelining(8))), closers: []func() error{rdb.Close}}, nil
+			return &fencelockContender{locker: fencelock.New(redisbackend.New(rdb, redisbackend.WithPipelining(0))), closers: []func() error{rdb.Close}}, nil
 		},
 	})
 	register(&Entry{
