@@ -22,6 +22,17 @@
 // failover can still lose the lock itself — replication is asynchronous — which is what
 // WithReplicas narrows and fencing at the store catches.
 //
+// # Loss by push
+//
+// With a go-redis *redis.Client (single node or Sentinel) or *redis.ClusterClient, the Backend
+// is a fencelock.LossWatcher: it watches each hold the watchdog renews through CLIENT TRACKING
+// (Redis 6 and later, Valkey) on a client of its own, made from the caller's options with
+// RESP2, and ends the hold within milliseconds when its key is deleted, overwritten, flushed,
+// evicted or lost to a restart, instead of at the next renewal. Per master it keeps one
+// subscription to __redis__:invalidate and one reading connection, while anything is
+// watched; each renewal makes the server push one invalidation and the Backend read the key
+// once more. Other clients, and servers that refuse CLIENT TRACKING, fall back to the renewals.
+//
 // # Guarantees
 //
 // On one Redis deployment the lock is an efficiency lock: a failover that loses the last
