@@ -2,6 +2,7 @@ package redisbackend_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,5 +49,56 @@ func TestWithReplicasAfterClusterFailover(t *testing.T) {
 	}
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// After a Cluster failover that kept the lock (the replica had it), the loss watch follows the
+// key to its new master: the holder is not told of a loss, and a DEL there afterwards reaches
+// it by push, before its first renewal.
+func TestLossByPushAfterClusterFailover(t *testing.T) {
+	t.Parallel()
+	rc := testserver.StartReplicatedCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rdb := rc.ClientT(t)
+	b := redisbackend.New(rc.ClientT(t), redisbackend.WithReplicas(1, time.Second))
+	defer b.Close()
+	c := fencelock.New(b)
+	defer c.Close()
+	const name = "watched-over-failover"
+	lock, err := c.TryObtain(ctx, name, fencelock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the watch starts 10 ms into the hold
+	m, err := rc.Master(ctx, b.Key(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rc.ReplicaOf(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Failover(ctx, r, "FORCE"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lock.Context().Done():
+		t.Fatalf("lost at a failover that kept the key: %v", context.Cause(lock.Context()))
+	case <-time.After(3 * time.Second): // the watch reads the key on the new master meanwhile
+	}
+	if err := rdb.Del(ctx, b.Key(name)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lock.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a DEL on the new master did not reach the holder within 5 s; its first renewal is 10 s into the hold")
+	}
+	if err := context.Cause(lock.Context()); !strings.Contains(err.Error(), "the server says") {
+		t.Fatalf("cause %v: want the loss the server told of", err)
 	}
 }

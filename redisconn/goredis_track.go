@@ -3,6 +3,7 @@ package redisconn
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,6 +124,22 @@ func (t *goRedisTracking) Read(ctx context.Context, reads []TrackedRead) {
 	for n, idx := range byNode {
 		n.read(ctx, reads, idx)
 	}
+	if t.cluster != nil && slices.ContainsFunc(reads, func(r TrackedRead) bool { return moved(r.Err) }) {
+		// A slot moved, or its master is gone: the next reads go where the slots are now.
+		t.cluster.ReloadState(ctx)
+	}
+}
+
+// moved reports whether a read failed for want of the key's master: a MOVED or ASK reply, or
+// no answer.
+func moved(err error) bool {
+	if err == nil || errors.Is(err, errNotTracking) {
+		return false
+	}
+	if _, server := errors.AsType[*ServerError](err); server {
+		return HasPrefix(err, "MOVED") || HasPrefix(err, "ASK")
+	}
+	return true
 }
 
 func (t *goRedisTracking) Close() {
