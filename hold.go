@@ -38,7 +38,7 @@ type hold struct {
 	deadline time.Time     // validity deadline on the Client's clock
 	renewAt  time.Time     // when the watchdog renews next
 	renewing chan struct{} // closed when the renewal in flight ends; nil when none is
-	watchAt  time.Time     // when the watchdog asks the backend to push word of a loss; zero once asked, or never
+	watchAt  time.Time     // when the watchdog asks the backend to push word of a loss; zero for never
 	unwatch  func()        // ends that watch; nil while there is none
 	refs     int           // handles not yet released
 	handles  []*lockContext
@@ -300,7 +300,8 @@ func (h *hold) off() {
 // for a loss: a hold released sooner, as most are, costs the store nothing more.
 const watchLossAfter = 10 * time.Millisecond
 
-// watchLoss asks the backend to push word of a loss of h; the watchdog calls it once.
+// watchLoss asks the backend to push word of a loss of h; the watchdog's watch timer calls it
+// once.
 func (h *hold) watchLoss() {
 	stop := h.c.loss.WatchLoss(h.lease(), h.lose)
 	h.mu.Lock()

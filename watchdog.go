@@ -12,8 +12,8 @@ import (
 // It only renews; a hold's own timer ends it when its deadline passes, so a watchdog that is
 // late, stuck or wrong about when to wake can lose a lock but never keep one trusted too long.
 //
-// Locking: mu guards holds, running, closed and wakeAt. It is taken before a hold's mu, never
-// while one is held.
+// Locking: mu guards holds, running, closed, wakeAt and the watch fields. It is taken before
+// a hold's mu, never while one is held.
 type watchdog struct {
 	c       *Client
 	mu      sync.Mutex
@@ -26,6 +26,13 @@ type watchdog struct {
 	base    context.Context // ends on close, aborting renewals in flight
 	abort   context.CancelFunc
 	wg      sync.WaitGroup // the loop and its renewal batches
+
+	// The holds whose loss watch is yet to start, in about the order of their watchAt, which
+	// is a fixed time after each grant: a timer of their own starts them, so that no hold adds
+	// a wake-up or a scan to the renewal loop.
+	pending    []*hold
+	watchT     *time.Timer // fires at the first pending hold's watchAt
+	watchArmed bool
 }
 
 func newWatchdog(c *Client) *watchdog {
@@ -45,15 +52,18 @@ func (w *watchdog) add(h *hold) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	h.mu.Lock()
-	ok, due := h.phase == live, h.renewAt
-	if !h.watchAt.IsZero() && h.watchAt.Before(due) {
-		due = h.watchAt
-	}
+	ok, due, watchAt := h.phase == live, h.renewAt, h.watchAt
 	h.mu.Unlock()
 	if w.closed || !ok {
 		return
 	}
 	w.holds[h] = struct{}{}
+	if !watchAt.IsZero() {
+		w.pending = append(w.pending, h)
+		if !w.watchArmed {
+			w.armWatch(watchAt)
+		}
+	}
 	if !w.running {
 		w.running = true
 		w.wg.Add(1)
@@ -61,6 +71,51 @@ func (w *watchdog) add(h *hold) {
 		return
 	}
 	w.soon(due)
+}
+
+// armWatch sets the watch timer to fire at t; w.mu is held.
+func (w *watchdog) armWatch(t time.Time) {
+	d := t.Sub(w.c.now())
+	if w.watchT == nil {
+		w.watchT = time.AfterFunc(d, w.startWatches)
+	} else {
+		w.watchT.Reset(d)
+	}
+	w.watchArmed = true
+}
+
+// startWatches is the watch timer: it asks the backend to watch every pending hold that has
+// come due and is still live, and sets the timer for the next.
+func (w *watchdog) startWatches() {
+	now := w.c.now()
+	var due []*hold
+	w.mu.Lock()
+	w.watchArmed = false
+	if w.closed {
+		w.pending = nil
+		w.mu.Unlock()
+		return
+	}
+	i := 0
+	for ; i < len(w.pending); i++ {
+		h := w.pending[i]
+		h.mu.Lock()
+		at, ok := h.watchAt, h.phase == live
+		h.mu.Unlock()
+		if ok && at.After(now) {
+			w.armWatch(at)
+			break
+		}
+		if ok {
+			due = append(due, h)
+		}
+	}
+	clear(w.pending[:i])
+	w.pending = w.pending[i:]
+	w.mu.Unlock()
+	for _, h := range due {
+		h.watchLoss()
+	}
 }
 
 // soon makes the loop wake by t; w.mu is held. A wake-up per Obtain would cost more than the
@@ -100,6 +155,10 @@ func (w *watchdog) close() {
 	w.closed = true
 	close(w.stop)
 	w.abort()
+	if w.watchT != nil {
+		w.watchT.Stop()
+	}
+	w.pending = nil
 	w.mu.Unlock()
 	w.wg.Wait()
 }
@@ -125,20 +184,12 @@ func (w *watchdog) loop() {
 func (w *watchdog) tick() time.Duration {
 	now := w.c.now()
 	sleep := time.Hour
-	var due, watch []*hold
+	var due []*hold
 	anyDue := false
 	w.mu.Lock()
 	for h := range w.holds {
 		h.mu.Lock()
 		renewAt, every, busy := h.renewAt, h.every, h.renewing != nil
-		if !h.watchAt.IsZero() {
-			if h.watchAt.After(now) {
-				sleep = min(sleep, h.watchAt.Sub(now))
-			} else {
-				h.watchAt = time.Time{}
-				watch = append(watch, h)
-			}
-		}
 		h.mu.Unlock()
 		if busy {
 			continue // the batch pokes the loop when it is done
@@ -170,9 +221,6 @@ func (w *watchdog) tick() time.Duration {
 	sleep = max(sleep, time.Millisecond)
 	w.wakeAt = now.Add(sleep)
 	w.mu.Unlock()
-	for _, h := range watch {
-		h.watchLoss()
-	}
 	if len(batch) > 0 {
 		w.wg.Add(1)
 		go w.renew(batch, done)

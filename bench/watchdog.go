@@ -79,6 +79,9 @@ func runWatchdog(ctx context.Context, cfg *config, srv *server) ([]watchdogRow, 
 		{"fencelock", func() (holder, error) { return newFencelockHolder(srv.Addr, cfg.watchdogTTL), nil },
 			"TTL " + cfg.watchdogTTL.String() + ", renewed every TTL/3 (the default) by one scheduler per client, due renewals batched in a pipeline; " +
 				"each renewal also makes the server push an invalidation to the loss watch, which reads the key again (HMGET, 256 to a pipeline) on a connection of its own that the round trips leave out, but the server's commands, CPU and memory count"},
+		{"fencelock (WithLossWatch(false))", func() (holder, error) {
+			return newFencelockHolder(srv.Addr, cfg.watchdogTTL, redisbackend.WithLossWatch(false)), nil
+		}, "the same without the loss watch: losses are learned at the renewals"},
 		{"rueidislock (KeyMajority 1, NoLoopTracking)", func() (holder, error) { return newRueidisHolder(srv.Addr, cfg.watchdogTTL, every, true) },
 			"KeyValidity " + cfg.watchdogTTL.String() + ", ExtendInterval " + every.String() + ": a goroutine and a timer per lock, auto-pipelined; NoLoopTracking (Redis 7.0.5 and later) keeps the client from hearing of its own writes"},
 		{"rueidislock (KeyMajority 1)", func() (holder, error) { return newRueidisHolder(srv.Addr, cfg.watchdogTTL, every, false) },
@@ -232,17 +235,19 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 type fencelockHolder struct {
 	rdb    *redis.Client
+	b      *redisbackend.Backend
 	rt     *roundTrips
 	locker *fencelock.Client
 	ttl    time.Duration
 	locks  []*fencelock.Lock
 }
 
-func newFencelockHolder(addr string, ttl time.Duration) *fencelockHolder {
+func newFencelockHolder(addr string, ttl time.Duration, opts ...redisbackend.Option) *fencelockHolder {
 	rdb := newGoRedis(addr)
 	rt := &roundTrips{}
 	rdb.AddHook(rt)
-	return &fencelockHolder{rdb: rdb, rt: rt, locker: fencelock.New(redisbackend.New(rdb)), ttl: ttl}
+	b := redisbackend.New(rdb, opts...)
+	return &fencelockHolder{rdb: rdb, b: b, rt: rt, locker: fencelock.New(b), ttl: ttl}
 }
 
 func (f *fencelockHolder) obtain(ctx context.Context, name string) error {
@@ -278,6 +283,7 @@ func (f *fencelockHolder) roundTrips() int64 { return f.rt.n.Load() }
 
 func (f *fencelockHolder) close() {
 	_ = f.locker.Close()
+	_ = f.b.Close()
 	_ = f.rdb.Close()
 }
 

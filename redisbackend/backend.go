@@ -30,7 +30,7 @@
 // RESP2, and ends the hold within milliseconds when its key is deleted, overwritten, flushed,
 // evicted or lost to a restart, instead of at the next renewal. Per master it keeps one
 // subscription to __redis__:invalidate and one reading connection, while anything is
-// watched; each renewal makes the server push one invalidation and the Backend read the key
+// watched and for 2 s after (Close ends them); each renewal makes the server push one invalidation and the Backend read the key
 // once more. Other clients, and servers that refuse CLIENT TRACKING, fall back to the renewals.
 //
 // # Guarantees
@@ -122,6 +122,13 @@ func WithReplicas(n int, timeout time.Duration) Option {
 // 0 sends every call on its own. Default: 8, the best setting for 32 goroutines in the
 // benchmark.
 func WithPipelining(n int) Option { return func(b *Backend) { b.pipe.max = n } }
+
+// WithLossWatch turns loss by push (see the package doc) on or off. Each lock it watches
+// costs, per renewal, one invalidation the server pushes and one read of the key, about
+// 8 µs of client CPU and one command on the server (docs/PERFORMANCE.md, watchdog): a client
+// holding thousands of locks at once may prefer to learn of losses at its renewals. Default:
+// on where the client can track keys.
+func WithLossWatch(on bool) Option { return func(b *Backend) { b.loss.off = !on } }
 
 // WithShardedPubSub chooses SPUBLISH/SSUBSCRIBE (Redis 7 sharded pub/sub) over
 // PUBLISH/SUBSCRIBE for release notifications. Default: on for a Cluster, where a

@@ -28,12 +28,13 @@ var _ fencelock.LossWatcher = (*Backend)(nil)
 
 // lossWatch is the Backend's one tracking session and the locks it watches. The session is
 // open while anything is watched: a goroutine opens it with the first watch, reads each key
-// that needs it, and closes it when the last watch stops.
+// that needs it, and closes it lossLinger after the last watch stopped, or at Backend.Close.
 //
 // Locking: mu guards every field; the goroutine reads and calls lost without it.
 type lossWatch struct {
 	mu      sync.Mutex
 	keys    map[string][]*watched // by lock key
+	due     []*watched            // to read: new, or changed since their last read
 	poke    chan struct{}         // wakes the goroutine; buffered
 	running bool
 	off     bool // the Conn cannot track: watch nothing
@@ -44,9 +45,8 @@ type watched struct {
 	key, name, owner string
 	token            int64
 	lost             func(error)
-	fresh            bool   // read since its last change: the server will push the next
-	gen              uint64 // counts the changes pushed, so a read that raced one is not fresh
-	stopped          bool   // no longer watched
+	queued           bool // in due
+	stopped          bool // no longer watched
 }
 
 func (lw *lossWatch) watch(b *Backend, l fencelock.Lease, lost func(error)) func() {
@@ -61,6 +61,7 @@ func (lw *lossWatch) watch(b *Backend, l fencelock.Lease, lost func(error)) func
 		lw.poke = make(chan struct{}, 1)
 	}
 	lw.keys[w.key] = append(lw.keys[w.key], w)
+	lw.queueLocked(w)
 	if !lw.running {
 		lw.running = true
 		b.bg.mu.Lock()
@@ -115,26 +116,36 @@ func (lw *lossWatch) pokeLocked() {
 	}
 }
 
+// queueLocked puts w among the keys to read; lw.mu is held.
+func (lw *lossWatch) queueLocked(w *watched) {
+	if !w.queued && !w.stopped {
+		w.queued = true
+		lw.due = append(lw.due, w)
+	}
+}
+
 // changed is the session's word that keys changed (all of them when keys is nil).
 func (lw *lossWatch) changed(keys []string) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	mark := func(ws []*watched) {
-		for _, w := range ws {
-			w.fresh = false
-			w.gen++
-		}
-	}
 	if keys == nil {
 		for _, ws := range lw.keys {
-			mark(ws)
+			for _, w := range ws {
+				lw.queueLocked(w)
+			}
 		}
 	}
 	for _, k := range keys {
-		mark(lw.keys[k])
+		for _, w := range lw.keys[k] {
+			lw.queueLocked(w)
+		}
 	}
 	lw.pokeLocked()
 }
+
+// lossLinger is how long the session stays open after the last watch ended, so that a
+// client taking one lock after another keeps one session instead of connecting for each.
+const lossLinger = 2 * time.Second
 
 // lossReadTimeout bounds one batch of reads of watched keys; retryRead is how long the
 // goroutine waits to read again after a read failed, unless the session says sooner that it
@@ -145,7 +156,8 @@ const (
 )
 
 // run is the goroutine: it keeps the session open while anything is watched and reads the
-// keys that need it. Backend.Close waits for it; it ends once nothing is watched.
+// keys that need it. Backend.Close ends it and waits for it; it ends by itself once nothing
+// was watched for lossLinger.
 func (lw *lossWatch) run(b *Backend) {
 	defer b.bg.wg.Done()
 	var tr redisconn.Tracking
@@ -155,13 +167,26 @@ func (lw *lossWatch) run(b *Backend) {
 		}
 	}()
 	tracker, _ := b.c.(redisconn.Tracker)
+	var idle time.Time // since when nothing is watched
 	for {
 		lw.mu.Lock()
-		if len(lw.keys) == 0 || b.closed.Load() {
+		if b.closed.Load() || len(lw.keys) == 0 && !idle.IsZero() && time.Since(idle) >= lossLinger {
 			lw.running = false
 			lw.mu.Unlock()
 			return
 		}
+		if len(lw.keys) == 0 {
+			if idle.IsZero() {
+				idle = time.Now()
+			}
+			lw.mu.Unlock()
+			select {
+			case <-lw.poke:
+			case <-time.After(lossLinger - time.Since(idle)):
+			}
+			continue
+		}
+		idle = time.Time{}
 		if tr == nil {
 			var err error
 			if tracker != nil {
@@ -173,23 +198,22 @@ func (lw *lossWatch) run(b *Backend) {
 				return
 			}
 		}
-		var due []*watched
-		var gens []uint64
-		for _, ws := range lw.keys {
-			for _, w := range ws {
-				if !w.fresh {
-					due, gens = append(due, w), append(gens, w.gen)
-				}
+		due := lw.due[:0:0]
+		for _, w := range lw.due {
+			w.queued = false
+			if !w.stopped {
+				due = append(due, w)
 			}
 		}
+		lw.due = nil
 		lw.mu.Unlock()
 		failed := false
 		for len(due) > 0 {
 			k := min(len(due), lossReadBatch)
-			if !lw.check(tr, due[:k], gens[:k]) {
+			if !lw.check(tr, due[:k]) {
 				failed = true
 			}
-			due, gens = due[k:], gens[k:]
+			due = due[k:]
 		}
 		wait := time.Hour
 		if failed {
@@ -205,13 +229,13 @@ func (lw *lossWatch) run(b *Backend) {
 // lossReadBatch is the most keys read in one round trip.
 const lossReadBatch = 256
 
-// check reads the keys of ws, gens their change counts when the reads were planned, and
-// calls lost for each lock that is not its lease's any more. It reports whether every read
-// got an answer.
-func (lw *lossWatch) check(tr redisconn.Tracking, ws []*watched, gens []uint64) bool {
-	reads := make([]redisconn.TrackedRead, len(ws))
-	for i, w := range ws {
-		reads[i] = redisconn.TrackedRead{Key: w.key, Args: []any{"HMGET", w.key, "owner", "token"}}
+// check reads the keys of ws and calls lost for each lock that is not its lease's any more.
+// A key that changes again during its read is queued again by changed, and read once more. It
+// reports whether every read got an answer; those that got none are queued again.
+func (lw *lossWatch) check(tr redisconn.Tracking, ws []*watched) bool {
+	reads := make([]redisconn.TrackedRead, 0, len(ws))
+	for _, w := range ws {
+		reads = append(reads, redisconn.TrackedRead{Key: w.key, Args: []any{"HMGET", w.key, "owner", "token"}})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lossReadTimeout)
 	tr.Read(ctx, reads)
@@ -225,13 +249,12 @@ func (lw *lossWatch) check(tr redisconn.Tracking, ws []*watched, gens []uint64) 
 		switch {
 		case !ok:
 			answered = false
+			lw.queueLocked(w)
 		case gone != nil:
 			if !w.stopped {
 				lost, why = append(lost, w), append(why, gone)
 			}
 			lw.removeLocked(w)
-		case w.gen == gens[i]:
-			w.fresh = true
 		}
 	}
 	lw.mu.Unlock()

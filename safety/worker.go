@@ -99,7 +99,8 @@ func openBackend(raw string) (fencelock.Backend, func(), error) {
 	switch u.Scheme {
 	case "redis":
 		c := redis.NewClient(&redis.Options{Addr: u.Host, ContextTimeoutEnabled: true})
-		return redisbackend.New(c), func() { _ = c.Close() }, nil
+		b := redisbackend.New(c)
+		return b, func() { _ = b.Close(); _ = c.Close() }, nil
 	case "etcd":
 		c, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(u.Host, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
