@@ -29,20 +29,7 @@ func TestWithReplicasAfterClusterFailover(t *testing.T) {
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m, err := rc.Master(ctx, b.Key(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := rc.ReplicaOf(ctx, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Failover(ctx, r, "FORCE"); err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	failOverMasterOf(t, ctx, rc, b.Key(name))
 	lock, err = c.TryObtain(ctx, name)
 	if err != nil {
 		t.Fatalf("acquire after the failover: %v", err)
@@ -71,20 +58,7 @@ func TestLossByPushAfterClusterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // the watch starts 10 ms into the hold
-	m, err := rc.Master(ctx, b.Key(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := rc.ReplicaOf(ctx, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Failover(ctx, r, "FORCE"); err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	failOverMasterOf(t, ctx, rc, b.Key(name))
 	select {
 	case <-lock.Context().Done():
 		t.Fatalf("lost at a failover that kept the key: %v", context.Cause(lock.Context()))
@@ -100,5 +74,25 @@ func TestLossByPushAfterClusterFailover(t *testing.T) {
 	}
 	if err := context.Cause(lock.Context()); !strings.Contains(err.Error(), "the server says") {
 		t.Fatalf("cause %v: want the loss the server told of", err)
+	}
+}
+
+// failOverMasterOf makes a replica of key's master take over (CLUSTER FAILOVER FORCE) and
+// waits until the Cluster agrees on it.
+func failOverMasterOf(t *testing.T, ctx context.Context, rc *testserver.ReplicatedCluster, key string) {
+	t.Helper()
+	m, err := rc.Master(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rc.ReplicaOf(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Failover(ctx, r, "FORCE"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.WaitReady(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
