@@ -193,7 +193,7 @@ func (lw *lossWatch) run(b *Backend) {
 				tr, err = tracker.Track(lw.changed)
 			}
 			if tracker == nil || err != nil {
-				lw.off, lw.keys, lw.running = true, nil, false
+				lw.off, lw.keys, lw.due, lw.running = true, nil, nil, false
 				lw.mu.Unlock()
 				return
 			}

@@ -3,6 +3,7 @@ package redisbackend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -165,5 +166,39 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A user the server does not let run CLIENT gets no loss watch, and nothing else changes: the
+// watch gives up at once (NOPERM), and the holder learns of a DEL at its next renewal.
+func TestLossByPushRefusedFallsBackToRenewals(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	admin := srv.ClientT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	must(t, admin.Do(ctx, "ACL", "SETUSER", "noclient", "on", ">pw", "~*", "&*", "+@all", "-client").Err())
+	user := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noclient", Password: "pw", ContextTimeoutEnabled: true})
+	defer user.Close()
+	b := redisbackend.New(user)
+	defer b.Close()
+	c := fencelock.New(b)
+	defer c.Close()
+	lock, err := c.TryObtain(ctx, "refused", fencelock.WithTTL(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the watch tries to start 10 ms into the hold
+	must(t, admin.Del(ctx, b.Key("refused")).Err())
+	select {
+	case <-lock.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder was not told at its renewal")
+	}
+	if err := context.Cause(lock.Context()); !errors.Is(err, fencelock.ErrNotHeld) || strings.Contains(err.Error(), "the server says") {
+		t.Fatalf("cause %v: want the renewal's word, the watch having given up", err)
+	}
+	if got := admin.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Val(); strings.Contains(fmt.Sprint(got), "user=noclient") {
+		t.Fatalf("a subscription of the refused user is still open: %v", got)
 	}
 }

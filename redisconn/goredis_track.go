@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -232,8 +233,8 @@ func (n *trackNode) run() {
 			n.hear(ps)
 			continue
 		}
-		if _, server := errors.AsType[*ServerError](err); server {
-			// CLIENT TRACKING refused (Redis before 6, or an ACL): the renewals stay.
+		if refused(err) {
+			// CLIENT TRACKING unknown (Redis before 6) or denied (an ACL): the renewals stay.
 			return
 		}
 		select {
@@ -242,6 +243,17 @@ func (n *trackNode) run() {
 		}
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// refused reports whether err says the server will never hold the session: it does not know
+// the command, or the user may not run it. Anything else (LOADING after a restart, a
+// failover's READONLY, a dropped connection) is tried again.
+func refused(err error) bool {
+	se, ok := errors.AsType[*ServerError](err)
+	if !ok {
+		return false
+	}
+	return strings.HasPrefix(se.Msg, "NOPERM") || strings.Contains(strings.ToLower(se.Msg), "unknown")
 }
 
 // connect subscribes a connection to the invalidations and has a second one redirect its
