@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -38,11 +39,24 @@ type store struct {
 
 // openStore connects to the backend named by raw. Errors never contain the credentials.
 func openStore(raw string) (*store, error) {
+	if !strings.Contains(raw, "://") {
+		hint := "redis://HOST:PORT"
+		if raw != "" && !strings.Contains(raw, "@") {
+			hint = "redis://" + raw
+		}
+		return nil, exitf(exitUsage, "backend URL %q has no scheme: write %s (or redis+sentinel://, redis+cluster://, redlock://, etcd://, zk://)", redactRaw(raw), hint)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, exitf(exitUsage, "backend URL %q: %v", redactRaw(raw), errors.Unwrap(err))
 	}
 	s := &store{kind: u.Scheme, url: redact(u)}
+	if u.Host == "" {
+		s.url = redactRaw(raw) // a URL without a host prints as "etcd:", which reads as a typo
+	}
+	if err := checkPorts(u.Host); err != nil {
+		return nil, exitf(exitUsage, "backend URL %s: %v", s.url, err)
+	}
 	switch u.Scheme {
 	case "redis", "rediss":
 		opts, err := redis.ParseURL(raw)
@@ -162,7 +176,11 @@ func (s *store) ping(ctx context.Context) error {
 	case s.redis != nil:
 		err = s.redis.Ping(ctx).Err()
 	case s.etcd != nil:
-		_, err = s.etcd.Get(ctx, "fencelock-ping", clientv3.WithCountOnly())
+		// The etcd client waits out its deadline on a refused dial and then says only
+		// "context deadline exceeded": an endpoint that takes no connection says why at once.
+		if err = dialAny(ctx, s.etcd.Endpoints()); err == nil {
+			_, err = s.etcd.Get(ctx, "fencelock-ping", clientv3.WithCountOnly())
+		}
 	case s.zk != nil:
 		err = pingZK(ctx, s.zk)
 	case len(s.nodes) > 0:
@@ -178,9 +196,57 @@ func (s *store) ping(ctx context.Context) error {
 		}
 	}
 	if err != nil {
-		return exitf(exitFailure, "backend %s does not answer: %v", s.url, err)
+		return s.pingFailed(err)
 	}
 	return nil
+}
+
+// dialAny returns nil when one of endpoints (host:port, or a URL of one) takes a TCP
+// connection, else the dial errors.
+func dialAny(ctx context.Context, endpoints []string) error {
+	var errs []error
+	for _, ep := range endpoints {
+		if u, err := url.Parse(ep); err == nil && u.Host != "" {
+			ep = u.Host
+		}
+		d := net.Dialer{Timeout: time.Second}
+		c, err := d.DialContext(ctx, "tcp", ep)
+		if err == nil {
+			_ = c.Close()
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// checkPorts says which port of a URL's hosts (host:port, comma-separated) is no port number.
+func checkPorts(hosts string) error {
+	for _, h := range strings.Split(hosts, ",") {
+		_, port, err := net.SplitHostPort(h)
+		if err != nil {
+			continue // no port: the scheme's default
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %q of %s is not a port number: want 1 to 65535", port, h)
+		}
+	}
+	return nil
+}
+
+// pingFailed is ping's error: a server that answered with a refusal the URL can fix is bad
+// input; anything else is a backend that does not answer.
+func (s *store) pingFailed(err error) error {
+	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	switch {
+	case strings.Contains(msg, "NOAUTH"):
+		return exitf(exitUsage, "backend %s: authentication failed, the server wants a password (%s): put it in the URL, as redis://:PASSWORD@host:port, or redis://USER:PASSWORD@host:port for an ACL user", s.url, msg)
+	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "invalid password"), strings.Contains(msg, "invalid username-password"):
+		return exitf(exitUsage, "backend %s: authentication failed (%s): check the user and password in the URL (redis://USER:PASSWORD@host:port)", s.url, msg)
+	case strings.Contains(msg, "DB index is out of range"):
+		return exitf(exitUsage, "backend %s: no such database (%s): the number after the address must be below the server's databases setting (16 unless configured)", s.url, msg)
+	}
+	return exitf(exitFailure, "backend %s does not answer: %s", s.url, msg)
 }
 
 // useRedis makes c the store's client and a Backend over it. Closing the store closes the

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/internal/testserver"
+)
+
+// Each way of getting the backend URL wrong gets one line that says what went wrong and what to
+// write instead, with the exit code of bad input; only a backend that does not answer is exit
+// code 125. Against real servers: one without a password, one with.
+func TestBackendURLMessages(t *testing.T) {
+	open, locked := testserver.StartRedis(t), testserver.StartRedis(t)
+	// Set once it runs: the test server's readiness check pings without a password.
+	if err := locked.ClientT(t).ConfigSet(context.Background(), "requirepass", "sekrit").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		what, url string
+		code      int
+		says      []string // each in the one line of stderr
+	}{
+		{"no scheme", open.Addr, exitUsage, []string{"has no scheme", "write redis://" + open.Addr}},
+		{"no host", "etcd://", exitUsage, []string{"backend URL etcd://:", "want etcd://host:port"}},
+		{"port out of range", "redis://127.0.0.1:99999", exitUsage, []string{`port "99999"`, "1 to 65535"}},
+		{"no such database", "redis://" + open.Addr + "/99", exitUsage, []string{"no such database", "databases setting"}},
+		{"password missing", "redis://" + locked.Addr, exitUsage, []string{"authentication failed", "wants a password", "redis://:PASSWORD@host:port"}},
+		{"password wrong", "redis://:wrong@" + locked.Addr, exitUsage, []string{"authentication failed", "check the user and password"}},
+		{"nothing listens", "redis://127.0.0.1:1", exitFailure, []string{"does not answer", "connection refused"}},
+		{"etcd: nothing listens", "etcd://127.0.0.1:1", exitFailure, []string{"does not answer", "connection refused"}},
+	} {
+		res := cli(t, 30*time.Second, nil, "--backend", tc.url, "status", "x")
+		line := strings.TrimSpace(res.stderr)
+		ok := res.code == tc.code && !strings.Contains(line, "\n") && !strings.Contains(line, "wrong@") && !strings.Contains(line, "sekrit")
+		for _, s := range tc.says {
+			ok = ok && strings.Contains(line, s)
+		}
+		if !ok {
+			t.Errorf("%s (%s): code %d, want %d; stderr %q, want one line with %q", tc.what, tc.url, res.code, tc.code, res.stderr, tc.says)
+		}
+	}
+	if res := cli(t, 30*time.Second, nil, "--backend", "redis://:sekrit@"+locked.Addr, "status", "x"); res.code != 0 {
+		t.Errorf("the right password: code %d, stderr %q", res.code, res.stderr)
+	}
+}
