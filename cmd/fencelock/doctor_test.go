@@ -250,9 +250,10 @@ func TestDoctorNeverShowsPassword(t *testing.T) {
 			t.Errorf("%v: the server is not named:\n%s", args, r.stdout)
 		}
 	}
-	// A wrong password fails with one line, without the password either.
+	// A wrong password fails with one line, without the password either, as bad input: the
+	// server answered, and the URL is what to fix.
 	r := cli(t, doctorWait, nil, "doctor", "--backend", "redis://:wrongsecret@"+srv.Addr)
-	if r.code != exitFailure || strings.Contains(r.stdout+r.stderr, "secret") || strings.Count(r.stderr, "\n") != 1 {
+	if r.code != exitUsage || strings.Contains(r.stdout+r.stderr, "secret") || strings.Count(r.stderr, "\n") != 1 {
 		t.Errorf("wrong password: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
 }

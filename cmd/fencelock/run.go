@@ -61,7 +61,8 @@ Exit codes of run's own:
   75   the lock is held elsewhere, and --wait ran out (change it with --conflict-exit-code)
   76   the lock was lost while the command ran, which was ended; or it was gone when run
        released it, so the command may have overlapped another holder
-  2    bad input: empty or too long NAME, no COMMAND, a TTL that is too short
+  2    bad input: empty or too long NAME, no COMMAND, a TTL that is too short, a backend
+       URL to fix (no scheme, a bad port, a wrong password, a database the server lacks)
   125  fencelock failed: the backend cannot be reached or refuses to lock, also when --wait
        ran out; or the release after a successful command failed (the lock expires after
        its TTL)
