@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -63,7 +64,8 @@ func (e *lostError) Error() string {
 	if e.reason == nil {
 		return ErrLost.Error()
 	}
-	return "fencelock: lock lost: " + e.reason.Error()
+	// A reason of the package's own carries the package prefix already: say it once.
+	return "fencelock: lock lost: " + strings.TrimPrefix(e.reason.Error(), "fencelock: ")
 }
 
 func (e *lostError) Is(target error) bool { return target == ErrLost || target == context.Canceled }

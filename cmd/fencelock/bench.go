@@ -133,7 +133,7 @@ func (o *benchOptions) check(durationSet bool) error {
 	case o.workers < 1 || o.workers > benchMaxWorkers:
 		return exitf(exitUsage, "--workers must be between 1 and %d, got %d", benchMaxWorkers, o.workers)
 	case o.ttl < fencelock.MinTTL:
-		return exitf(exitUsage, "--ttl %v is shorter than the minimum %v", o.ttl, fencelock.MinTTL)
+		return checkTTL(o.ttl)
 	case o.ttl%time.Millisecond != 0:
 		return exitf(exitUsage, "--ttl %v is not a whole number of milliseconds", o.ttl)
 	case o.duration <= 0 || o.duration > benchMaxDuration:

@@ -90,8 +90,8 @@ Exit status:
 }
 
 func runDoctor(ctx context.Context, g *globals, ttl time.Duration, out io.Writer) error {
-	if ttl < fencelock.MinTTL {
-		return exitf(exitUsage, "--ttl %v is shorter than the minimum %v a lock accepts", ttl, fencelock.MinTTL)
+	if err := checkTTL(ttl); err != nil {
+		return err
 	}
 	raw := g.backendURL()
 	s, err := openStore(raw)

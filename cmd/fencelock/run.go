@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -107,6 +108,21 @@ func newRunCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// lossReason is why a lock was lost, without the library's prefixes, which the command's own
+// message around it says already.
+func lossReason(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "fencelock: ")
+	return strings.TrimPrefix(strings.TrimPrefix(msg, "lock lost: "), "fencelock: ")
+}
+
+// checkTTL is the one wording of a TTL below the minimum, for run and doctor alike.
+func checkTTL(ttl time.Duration) error {
+	if ttl < fencelock.MinTTL {
+		return exitf(exitUsage, "--ttl %v is shorter than the minimum %v a lock accepts", ttl, fencelock.MinTTL)
+	}
+	return nil
+}
+
 func checkName(name string) error {
 	switch {
 	case name == "":
@@ -127,6 +143,9 @@ func run(ctx context.Context, g *globals, f *runFlags, name string, argv []strin
 	}
 	if f.conflictCode < 0 || f.conflictCode > 255 {
 		return exitf(exitUsage, "--conflict-exit-code %d is not an exit code (0-255)", f.conflictCode)
+	}
+	if err := checkTTL(f.ttl); err != nil {
+		return err
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
@@ -200,7 +219,7 @@ func finish(lock *fencelock.Lock, name string, out outcome) error {
 	case out.started != nil:
 		return out.started
 	case out.lost != nil:
-		return &exitError{code: exitLost, err: fmt.Errorf("lock %q was lost while the command ran (%v); the command was ended", name, out.lost)}
+		return &exitError{code: exitLost, err: fmt.Errorf("lock %q was lost while the command ran (%s); the command was ended", name, lossReason(out.lost))}
 	case rerr == nil:
 		return statusExit(out.status)
 	case errors.Is(rerr, fencelock.ErrNotHeld), errors.Is(rerr, fencelock.ErrLost):

@@ -87,11 +87,13 @@ func notObtainedExit(ctx context.Context, locker *fencelock.Client, f *runFlags,
 		return last // ended by a signal: the caller gives the exit
 	}
 	var held *fencelock.HeldError
+	var left time.Duration // what the holder's TTL has left, when known
 	switch {
 	case errors.As(last, &held):
+		left = held.Remaining
 	case errors.Is(last, fencelock.ErrInvalid):
 		return &exitError{code: exitUsage, err: last}
-	case f.wait != 0 && errors.Is(last, context.DeadlineExceeded) && heldNow(ctx, locker, name):
+	case f.wait != 0 && errors.Is(last, context.DeadlineExceeded) && heldNow(ctx, locker, name, &left):
 		// A queued wait that ran out says only that; ask who holds the lock.
 	default:
 		// Not held elsewhere: the backend refused, failed or did not answer. The first
@@ -105,16 +107,25 @@ func notObtainedExit(ctx context.Context, locker *fencelock.Client, f *runFlags,
 		}
 		return exitf(exitFailure, "lock %q not obtained: %v", name, cause)
 	}
-	if f.wait > 0 {
-		return &exitError{code: f.conflictCode, err: fmt.Errorf("lock %q is held elsewhere; waited %v", name, f.wait)}
+	ttl := ""
+	if left > 0 {
+		ttl = fmt.Sprintf("; the holder's TTL has %v left", left.Round(time.Millisecond))
 	}
-	return &exitError{code: f.conflictCode, err: fmt.Errorf("lock %q is held elsewhere", name)}
+	if f.wait > 0 {
+		return &exitError{code: f.conflictCode, err: fmt.Errorf("lock %q is held elsewhere: waited %v for it%s", name, f.wait, ttl)}
+	}
+	return &exitError{code: f.conflictCode, err: fmt.Errorf("lock %q is held elsewhere%s; --wait DURATION waits for it", name, ttl)}
 }
 
-// heldNow reports whether the backend says name is held now.
-func heldNow(ctx context.Context, locker *fencelock.Client, name string) bool {
+// heldNow reports whether the backend says name is held now, and sets left to what the
+// holder's TTL has left.
+func heldNow(ctx context.Context, locker *fencelock.Client, name string, left *time.Duration) bool {
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	info, err := locker.Inspect(ictx, name)
-	return err == nil && info.Held
+	if err == nil && info.Held {
+		*left = info.Remaining
+		return true
+	}
+	return false
 }

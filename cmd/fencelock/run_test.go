@@ -85,7 +85,26 @@ func TestRunConflict(t *testing.T) {
 	if res := cli(t, 20*time.Second, env, "run", "--conflict-exit-code", "9", "busy", "--", "true"); res.code != 9 {
 		t.Fatalf("conflict with a chosen code: %d", res.code)
 	}
+	// The two kinds of conflict read apart: one says --wait would wait, the other how long it
+	// waited; both say what the holder's TTL has left.
+	if res := cli(t, 20*time.Second, env, "run", "busy", "--", "true"); !strings.Contains(res.stderr, "--wait DURATION waits for it") || !strings.Contains(res.stderr, "the holder's TTL has") {
+		t.Errorf("immediate conflict: stderr %q", res.stderr)
+	}
+	if res := cli(t, 20*time.Second, env, "run", "--wait", "300ms", "busy", "--", "true"); res.code != exitConflict || !strings.Contains(res.stderr, "waited 300ms for it") || !strings.Contains(res.stderr, "the holder's TTL has") {
+		t.Errorf("conflict after --wait: code %d, stderr %q", res.code, res.stderr)
+	}
 	holder.stop(t)
+}
+
+// run, doctor and bench word a TTL below the minimum alike.
+func TestTTLMinimumWording(t *testing.T) {
+	_, env := redisEnv(t)
+	const want = "fencelock: --ttl 1ms is shorter than the minimum 10ms a lock accepts\n"
+	for _, args := range [][]string{{"run", "--ttl", "1ms", "x", "--", "true"}, {"doctor", "--ttl", "1ms"}, {"bench", "--ttl", "1ms"}} {
+		if res := cli(t, 20*time.Second, env, args...); res.code != exitUsage || res.stderr != want {
+			t.Errorf("%q: code %d, stderr %q, want %q", args, res.code, res.stderr, want)
+		}
+	}
 }
 
 func TestRunPassesExitCodeAndEnvironment(t *testing.T) {
@@ -131,6 +150,13 @@ func TestRunLostLock(t *testing.T) {
 	code := p.wait(t)
 	if code != exitLost || !strings.Contains(p.errb.String(), "lost") {
 		t.Fatalf("code %d, stderr %q", code, p.errb.String())
+	}
+	// Each line says "fencelock:" once, does not repeat the library's "lock lost", and says
+	// why: the server told.
+	for _, line := range strings.Split(strings.TrimSpace(p.errb.String()), "\n") {
+		if strings.Count(line, "fencelock:") != 1 || strings.Contains(line, "lock lost") || !strings.Contains(line, "the server says") {
+			t.Errorf("stderr line %q: want one prefix, no repeated \"lock lost\", and the reason", line)
+		}
 	}
 }
 

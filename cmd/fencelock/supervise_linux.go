@@ -137,7 +137,7 @@ func (s *supervisor) lose() {
 	if s.lost == nil {
 		s.lost = fencelock.ErrLost
 	}
-	fmt.Fprintf(s.stderr, "fencelock: lock %q lost: %v; sending SIGTERM to the command\n", s.lock.Name(), s.lost)
+	fmt.Fprintf(s.stderr, "fencelock: lock %q lost: %s; sending SIGTERM to the command\n", s.lock.Name(), lossReason(s.lost))
 	s.foreground()
 	s.ps.signalAll(syscall.SIGTERM)
 	s.ps.signalAll(syscall.SIGCONT)
