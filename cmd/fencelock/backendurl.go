@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +37,9 @@ type store struct {
 	nodes   []*redis.Client // Redlock's independent servers
 	url     string          // redacted
 	close   func() error
+
+	password string    // of a redis:// URL, to tell a server that wants none
+	warn     io.Writer // where ping warns; os.Stderr
 }
 
 // openStore connects to the backend named by raw. Errors never contain the credentials.
@@ -66,6 +71,7 @@ func openStore(raw string) (*store, error) {
 		opts.ContextTimeoutEnabled = true
 		c := redis.NewClient(opts)
 		s.useRedis(c)
+		s.password = opts.Password
 	case "redis+sentinel":
 		hosts, rest := u.Host, strings.Trim(u.Path, "/")
 		parts := strings.Split(rest, "/")
@@ -197,6 +203,16 @@ func (s *store) ping(ctx context.Context) error {
 	}
 	if err != nil {
 		return s.pingFailed(err)
+	}
+	if s.password != "" && s.redis != nil {
+		// go-redis logs in without a word when the server has no password to check.
+		if err := s.redis.Do(ctx, "AUTH", s.password).Err(); err != nil && strings.Contains(err.Error(), "without any password configured") {
+			w := s.warn
+			if w == nil {
+				w = os.Stderr
+			}
+			fmt.Fprintf(w, "fencelock: warning: backend %s needs no password, but the URL has one: is it the server you meant?\n", s.url)
+		}
 	}
 	return nil
 }

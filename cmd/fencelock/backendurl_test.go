@@ -42,7 +42,12 @@ func TestBackendURLMessages(t *testing.T) {
 			t.Errorf("%s (%s): code %d, want %d; stderr %q, want one line with %q", tc.what, tc.url, res.code, tc.code, res.stderr, tc.says)
 		}
 	}
-	if res := cli(t, 30*time.Second, nil, "--backend", "redis://:sekrit@"+locked.Addr, "status", "x"); res.code != 0 {
+	if res := cli(t, 30*time.Second, nil, "--backend", "redis://:sekrit@"+locked.Addr, "status", "x"); res.code != 0 || res.stderr != "" {
 		t.Errorf("the right password: code %d, stderr %q", res.code, res.stderr)
+	}
+	// A password the server does not want works, with a warning: the URL may name the wrong
+	// server. (go-redis logs in without a word.)
+	if res := cli(t, 30*time.Second, nil, "--backend", "redis://:extra@"+open.Addr, "status", "x"); res.code != 0 || !strings.Contains(res.stderr, "needs no password, but the URL has one") || strings.Contains(res.stderr, "extra") {
+		t.Errorf("a password the server does not want: code %d, stderr %q", res.code, res.stderr)
 	}
 }
