@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,15 @@ func TestBackendURLMessages(t *testing.T) {
 	}
 	if res := cli(t, 30*time.Second, nil, "--backend", "redis://:sekrit@"+locked.Addr, "status", "x"); res.code != 0 || res.stderr != "" {
 		t.Errorf("the right password: code %d, stderr %q", res.code, res.stderr)
+	}
+	// With --json, the error is JSON on stdout, and stderr stays empty.
+	res := cli(t, 30*time.Second, nil, "--backend", "redis://127.0.0.1:1", "status", "--json", "x")
+	var out struct {
+		Error    string `json:"error"`
+		ExitCode int    `json:"exit_code"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &out); err != nil || res.code != exitFailure || out.ExitCode != exitFailure || !strings.Contains(out.Error, "does not answer") || res.stderr != "" {
+		t.Errorf("--json error: code %d, stdout %q (%v), stderr %q", res.code, res.stdout, err, res.stderr)
 	}
 	// A password the server does not want works, with a warning: the URL may name the wrong
 	// server. (go-redis logs in without a word.)

@@ -221,11 +221,15 @@ func TestDoctorUnreachableBackend(t *testing.T) {
 		if r.code != exitFailure {
 			t.Errorf("%v: exit %d, want %d", args, r.code, exitFailure)
 		}
-		if r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "fencelock: ") {
+		if len(args) == 1 && (r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "fencelock: ")) {
 			t.Errorf("%v: want one line on stderr and nothing on stdout; got stdout %q stderr %q", args, r.stdout, r.stderr)
 		}
-		if strings.Contains(r.stderr, "hunter2") {
-			t.Errorf("%v: the password leaked: %q", args, r.stderr)
+		// With --json the error is JSON on stdout, for the script that asked for JSON.
+		if len(args) == 2 && (r.stderr != "" || !strings.Contains(r.stdout, `"error": "backend redis://:xxxxx@127.0.0.1:1 does not answer`) || !strings.Contains(r.stdout, `"exit_code": 125`)) {
+			t.Errorf("%v: want the error as JSON on stdout and nothing on stderr; got stdout %q stderr %q", args, r.stdout, r.stderr)
+		}
+		if strings.Contains(r.stdout+r.stderr, "hunter2") {
+			t.Errorf("%v: the password leaked: %q %q", args, r.stdout, r.stderr)
 		}
 	}
 }

@@ -40,23 +40,31 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
+	code, shown := exitUsage, err // cobra's own errors: unknown command or flag, wrong arguments
 	var ex *exitError
 	if errors.As(err, &ex) {
-		if ex.err != nil {
-			printError(stderr, ex.err)
-		}
-		return ex.code
+		code, shown = ex.code, ex.err
 	}
-	// Cobra's own errors: unknown command or flag, wrong number of arguments.
-	printError(stderr, err)
-	return exitUsage
+	if shown != nil {
+		if f := root.PersistentFlags().Lookup("json"); f != nil && f.Value.String() == "true" {
+			// A script that asked for JSON gets its error as JSON too, on stdout.
+			_ = writeJSON(stdout, struct {
+				Error    string `json:"error"`
+				ExitCode int    `json:"exit_code"`
+			}{errorLine(shown), code})
+		} else {
+			fmt.Fprintln(stderr, "fencelock:", errorLine(shown))
+		}
+	}
+	return code
 }
 
-// printError prints one line, prefixed once with the command's name.
-func printError(w io.Writer, err error) {
+// errorLine is err as one line, without the command's prefix.
+func errorLine(err error) string {
 	msg := strings.TrimPrefix(err.Error(), "fencelock: ")
-	fmt.Fprintln(w, "fencelock:", strings.ReplaceAll(msg, "\n", "; "))
+	return strings.ReplaceAll(msg, "\n", "; ")
 }
+
 
 // quietLogger keeps go-redis from logging its retries: fencelock reports errors itself.
 type quietLogger struct{}

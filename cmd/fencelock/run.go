@@ -238,13 +238,16 @@ func finish(lock *fencelock.Lock, name string, out outcome) error {
 // and start time.
 func holderMeta(command string) string {
 	host, _ := os.Hostname()
-	b, _ := json.Marshal(struct {
-		Host    string `json:"host"`
-		PID     int    `json:"pid"`
-		Command string `json:"command"`
-		Since   string `json:"since"`
-	}{host, os.Getpid(), filepath.Base(command), time.Now().UTC().Format(time.RFC3339)})
+	b, _ := json.Marshal(holderInfo{host, os.Getpid(), filepath.Base(command), time.Now().UTC().Format(time.RFC3339)})
 	return string(b)
+}
+
+// holderInfo is what run publishes about itself as the lock's metadata.
+type holderInfo struct {
+	Host    string `json:"host"`
+	PID     int    `json:"pid"`
+	Command string `json:"command"`
+	Since   string `json:"since"`
 }
 
 // statusCode is run's exit code for the command's exit status: its code, or 128+signal as a

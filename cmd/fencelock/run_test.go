@@ -178,8 +178,11 @@ func TestStatusListRelease(t *testing.T) {
 	if err := json.Unmarshal([]byte(v.Holder), &holder); err != nil || holder.PID != p.cmd.Process.Pid || holder.Command != "sleep" || holder.Host == "" {
 		t.Fatalf("holder identity %q: %v", v.Holder, err)
 	}
-	if res := cli(t, 20*time.Second, env, "status", "job:status"); !strings.Contains(res.stdout, "held") {
-		t.Fatalf("status table: %q", res.stdout)
+	if !strings.HasPrefix(strings.TrimSpace(string(v.Holder)), "{") {
+		t.Errorf("holder in --json: %s, want an object, not JSON in a string", v.Holder)
+	}
+	if res := cli(t, 20*time.Second, env, "status", "job:status"); !strings.Contains(res.stdout, "held") || !strings.Contains(res.stdout, fmt.Sprintf("sleep, pid %d on ", p.cmd.Process.Pid)) {
+		t.Fatalf("status table: %q, want the holder as words", res.stdout)
 	}
 	res = cli(t, 20*time.Second, env, "list", "--json", "job:")
 	var vs []lockView

@@ -24,13 +24,31 @@ type lockView struct {
 	HoldCount int     `json:"hold_count,omitempty"`
 	Token     int64   `json:"token,omitempty"`
 	TTLLeft   float64 `json:"ttl_left_seconds,omitempty"`
-	// Holder is what the holder published about itself (fencelock run: host, pid, command,
-	// since), verbatim.
-	Holder string `json:"holder,omitempty"`
+	// Holder is what the holder published about itself: an object for fencelock run (host,
+	// pid, command, since) or any other JSON, else the text as a JSON string.
+	Holder json.RawMessage `json:"holder,omitempty"`
 }
 
 func view(i fencelock.Info) lockView {
-	return lockView{Name: i.Name, Held: i.Held, Owner: i.Owner, HoldCount: i.Count, Token: i.Token, TTLLeft: i.Remaining.Seconds(), Holder: i.Meta}
+	v := lockView{Name: i.Name, Held: i.Held, Owner: i.Owner, HoldCount: i.Count, Token: i.Token, TTLLeft: i.Remaining.Seconds()}
+	switch {
+	case i.Meta == "":
+	case json.Valid([]byte(i.Meta)):
+		v.Holder = json.RawMessage(i.Meta)
+	default:
+		v.Holder, _ = json.Marshal(i.Meta)
+	}
+	return v
+}
+
+// holderText is the HOLDER column: "sleep, pid 8 on host since 2026-12-01T20:19:45Z" for what
+// fencelock run published, the text itself for anything else.
+func holderText(meta string) string {
+	var h holderInfo
+	if err := json.Unmarshal([]byte(meta), &h); err != nil || h.Command == "" {
+		return meta
+	}
+	return fmt.Sprintf("%s, pid %d on %s since %s", h.Command, h.PID, h.Host, h.Since)
 }
 
 func newStatusCmd(g *globals) *cobra.Command {
@@ -134,7 +152,7 @@ func printLocks(w io.Writer, infos []fencelock.Info) {
 		if i.Token != 0 {
 			token = fmt.Sprint(i.Token)
 		}
-		holder := i.Meta
+		holder := holderText(i.Meta)
 		if holder == "" {
 			holder = "-"
 		}
