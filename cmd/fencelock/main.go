@@ -65,7 +65,6 @@ func errorLine(err error) string {
 	return strings.ReplaceAll(msg, "\n", "; ")
 }
 
-
 // quietLogger keeps go-redis from logging its retries: fencelock reports errors itself.
 type quietLogger struct{}
 
