@@ -125,7 +125,7 @@ func WithPipelining(n int) Option { return func(b *Backend) { b.pipe.max = n } }
 
 // WithLossWatch turns loss by push (see the package doc) on or off. Each lock it watches
 // costs, per renewal, one invalidation the server pushes and one read of the key, about
-// 8 µs of client CPU and one command on the server (docs/PERFORMANCE.md, watchdog): a client
+// 7 µs of client CPU and one command on the server (docs/PERFORMANCE.md, watchdog): a client
 // holding thousands of locks at once may prefer to learn of losses at its renewals. Default:
 // on where the client can track keys.
 func WithLossWatch(on bool) Option { return func(b *Backend) { b.loss.off = !on } }

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -29,17 +28,15 @@ const defaultBackend = "redis://127.0.0.1:6379"
 
 // store is an opened backend and what it was opened from.
 type store struct {
-	backend fencelock.Backend
-	kind    string // redis, redis+sentinel, redis+cluster, etcd, zk
-	redis   redis.UniversalClient
-	etcd    *clientv3.Client
-	zk      *zk.Conn
-	nodes   []*redis.Client // Redlock's independent servers
-	url     string          // redacted
-	close   func() error
-
-	password string    // of a redis:// URL, to tell a server that wants none
-	warn     io.Writer // where ping warns; os.Stderr
+	backend  fencelock.Backend
+	kind     string // redis, redis+sentinel, redis+cluster, etcd, zk
+	redis    redis.UniversalClient
+	etcd     *clientv3.Client
+	zk       *zk.Conn
+	nodes    []*redis.Client // Redlock's independent servers
+	url      string          // redacted
+	close    func() error
+	password string // of a redis:// URL, to tell a server that wants none
 }
 
 // openStore connects to the backend named by raw. Errors never contain the credentials.
@@ -207,11 +204,7 @@ func (s *store) ping(ctx context.Context) error {
 	if s.password != "" && s.redis != nil {
 		// go-redis logs in without a word when the server has no password to check.
 		if err := s.redis.Do(ctx, "AUTH", s.password).Err(); err != nil && strings.Contains(err.Error(), "without any password configured") {
-			w := s.warn
-			if w == nil {
-				w = os.Stderr
-			}
-			fmt.Fprintf(w, "fencelock: warning: backend %s needs no password, but the URL has one: is it the server you meant?\n", s.url)
+			fmt.Fprintf(os.Stderr, "fencelock: warning: backend %s needs no password, but the URL has one: is it the server you meant?\n", s.url)
 		}
 	}
 	return nil
