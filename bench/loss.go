@@ -46,19 +46,26 @@ type lossHolder struct {
 func runLoss(ctx context.Context, cfg *config, srv *server) ([]lossRow, error) {
 	addr := srv.Addr
 	var hs []lossHolder
+	defer func() { // every holder made, also when a later one fails
+		for _, h := range hs {
+			h.close()
+		}
+	}()
 	rdb := newGoRedis(addr)
-	fl := fencelock.New(redisbackend.New(rdb))
+	fb := redisbackend.New(rdb)
+	fl := fencelock.New(fb)
 	hs = append(hs, lossHolder{label: "fencelock", note: "go-redis client: CLIENT TRACKING on a connection pair of its own, then one HMGET of the key",
-		hold: fencelockLossHold(fl), key: redisbackend.New(rdb).Key,
-		close: func() { _ = fl.Close(); _ = rdb.Close() }})
+		hold: fencelockLossHold(fl), key: fb.Key,
+		close: func() { _ = fl.Close(); _ = fb.Close(); _ = rdb.Close() }})
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
 	if err != nil {
 		return nil, err
 	}
-	fr := fencelock.New(redisbackend.New(rueidisconn.New(rc)))
+	rb := redisbackend.New(rueidisconn.New(rc))
+	fr := fencelock.New(rb)
 	hs = append(hs, lossHolder{label: "fencelock (" + rueidisSetting + ")", note: "the adapter has no tracking session: the holder learns at its next renewal (TTL/3)",
-		hold: fencelockLossHold(fr), key: redisbackend.New(rdb).Key,
-		close: func() { _ = fr.Close(); rc.Close() }})
+		hold: fencelockLossHold(fr), key: rb.Key,
+		close: func() { _ = fr.Close(); _ = rb.Close(); rc.Close() }})
 	rl, err := rueidislock.NewLocker(rueidislock.LockerOption{
 		ClientOption: rueidis.ClientOption{InitAddress: []string{addr}},
 		KeyMajority:  1, KeyValidity: lossTTL,
@@ -76,11 +83,6 @@ func runLoss(ctx context.Context, cfg *config, srv *server) ([]lossRow, error) {
 		},
 		key:   func(name string) string { return "rueidislock:0:" + name },
 		close: rl.Close})
-	defer func() {
-		for _, h := range hs {
-			h.close()
-		}
-	}()
 	told := make([][]time.Duration, len(hs))
 	rows := make([]lossRow, len(hs))
 	for i, h := range hs {
