@@ -83,12 +83,8 @@ func lossByPush(t *testing.T, b *redisbackend.Backend, fault func(ctx context.Co
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var renewed atomic.Int32
-	c := fencelock.New(b, fencelock.WithObserver(func(e fencelock.Event) {
-		if e.Kind == fencelock.EventRenewed {
-			renewed.Add(1)
-		}
-	}))
+	observe, renewed := countRenewals()
+	c := fencelock.New(b, observe)
 	defer c.Close()
 	defer b.Close()
 	lock, err := c.TryObtain(ctx, "pushed", fencelock.WithTTL(30*time.Second))
@@ -124,12 +120,8 @@ func TestLossByPushKeepsAHeldLock(t *testing.T) {
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var renewed atomic.Int32
-	c1 := fencelock.New(b, fencelock.WithObserver(func(e fencelock.Event) {
-		if e.Kind == fencelock.EventRenewed {
-			renewed.Add(1)
-		}
-	}))
+	observe, renewed := countRenewals()
+	c1 := fencelock.New(b, observe)
 	defer c1.Close()
 	c2 := fencelock.New(b)
 	defer c2.Close()
@@ -160,6 +152,16 @@ func TestLossByPushKeepsAHeldLock(t *testing.T) {
 	}
 	must(t, l2.Release(ctx))
 	must(t, l1.Release(ctx))
+}
+
+// countRenewals is an observer that counts the watchdog's confirmed renewals.
+func countRenewals() (fencelock.ClientOption, *atomic.Int32) {
+	n := new(atomic.Int32)
+	return fencelock.WithObserver(func(e fencelock.Event) {
+		if e.Kind == fencelock.EventRenewed {
+			n.Add(1)
+		}
+	}), n
 }
 
 func must(t *testing.T, err error) {

@@ -108,12 +108,9 @@ func newRunCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// lossReason is why a lock was lost, without the library's prefixes, which the command's own
-// message around it says already.
-func lossReason(err error) string {
-	msg := strings.TrimPrefix(err.Error(), "fencelock: ")
-	return strings.TrimPrefix(strings.TrimPrefix(msg, "lock lost: "), "fencelock: ")
-}
+// lossReason is why a lock was lost, one line, without the library's "fencelock: lock lost: ",
+// which the command's own message around it says already.
+func lossReason(err error) string { return strings.TrimPrefix(errorLine(err), "lock lost: ") }
 
 // checkTTL is the one wording of a TTL below the minimum, for run and doctor alike.
 func checkTTL(ttl time.Duration) error {

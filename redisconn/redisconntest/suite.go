@@ -353,6 +353,15 @@ func testPubSubReconnect(t *testing.T, c redisconn.Conn, kind Kind) {
 	}
 	ch, _ := events(ps)
 	await(t, ch, redisconn.Event{Kind: redisconn.Subscribed, Channel: channel})
+	killPubSub(t, ctx, c)
+	await(t, ch, redisconn.Event{Kind: redisconn.Subscribed, Channel: channel})
+	publishOn(t, ctx, c, sharded, channel, "again")
+	await(t, ch, redisconn.Event{Kind: redisconn.Message, Channel: channel, Payload: "again"})
+}
+
+// killPubSub kills every pub/sub connection of every master (CLIENT KILL TYPE pubsub).
+func killPubSub(t *testing.T, ctx context.Context, c redisconn.Conn) {
+	t.Helper()
 	err := c.ForEachMaster(ctx, func(ctx context.Context, n redisconn.Node) error {
 		_, err := n.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub")
 		if err != nil && !strings.Contains(err.Error(), "No such client") {
@@ -363,9 +372,6 @@ func testPubSubReconnect(t *testing.T, c redisconn.Conn, kind Kind) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	await(t, ch, redisconn.Event{Kind: redisconn.Subscribed, Channel: channel})
-	publishOn(t, ctx, c, sharded, channel, "again")
-	await(t, ch, redisconn.Event{Kind: redisconn.Message, Channel: channel, Payload: "again"})
 }
 
 // testTracking checks a Tracker: a read key's change is pushed, a key not read is not, and a
@@ -377,86 +383,94 @@ func testTracking(t *testing.T, c redisconn.Conn) {
 		t.Skipf("%T is no redisconn.Tracker", c)
 	}
 	ctx := ctxFor(t)
-	changes := make(chan []string, 64)
-	tr, err := tk.Track(func(keys []string) { changes <- slices.Clone(keys) })
+	p := &trackProbe{t: t, ctx: ctx, c: c, changes: make(chan []string, 64)}
+	tr, err := tk.Track(func(keys []string) { p.changes <- slices.Clone(keys) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Close()
+	p.tr = tr
 	watched, other := "redisconntest:{"+t.Name()+"}:watched", "redisconntest:{"+t.Name()+"}:other"
-	read := func() {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			r := []redisconn.TrackedRead{{Key: watched, Args: []any{"GET", watched}}}
-			tr.Read(ctx, r)
-			err := r[0].Err
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("read through the session: %v", err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	next := func(what string) []string {
-		t.Helper()
-		select {
-		case keys := <-changes:
-			return keys
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no change pushed after %s", what)
-			return nil
-		}
-	}
-	drain := func() {
-		for {
-			select {
-			case <-changes:
-			default:
-				return
-			}
-		}
-	}
-	incr := func(key string) {
-		t.Helper()
-		if _, err := c.Eval(ctx, replies, []string{key}, "incr"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	read()
-	if keys := next("connecting"); keys != nil {
+	p.read(watched)
+	if keys := p.next("connecting"); keys != nil {
 		t.Fatalf("first pushed %q, want nil: the session connected", keys)
 	}
-	incr(other)
-	incr(watched)
-	if keys := next("a write of the key read"); !slices.Equal(keys, []string{watched}) {
+	p.incr(other)
+	p.incr(watched)
+	if keys := p.next("a write of the key read"); !slices.Equal(keys, []string{watched}) {
 		t.Fatalf("pushed %q, want [%s] alone: a key not read is not watched", keys, watched)
 	}
-	incr(watched)
+	p.incr(watched)
 	select {
-	case keys := <-changes:
+	case keys := <-p.changes:
 		t.Fatalf("pushed %q for a second write without a read between", keys)
 	case <-time.After(100 * time.Millisecond):
 	}
-	err = c.ForEachMaster(ctx, func(ctx context.Context, n redisconn.Node) error {
-		_, err := n.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub")
-		if err != nil && !strings.Contains(err.Error(), "No such client") {
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if keys := next("killing the subscription"); keys != nil {
+	killPubSub(t, ctx, c)
+	if keys := p.next("killing the subscription"); keys != nil {
 		t.Fatalf("after the kill pushed %q, want nil: any key may have changed", keys)
 	}
-	read()
-	drain()
-	incr(watched)
-	if keys := next("a write after the reconnection"); !slices.Equal(keys, []string{watched}) {
+	p.read(watched)
+	p.drain()
+	p.incr(watched)
+	if keys := p.next("a write after the reconnection"); !slices.Equal(keys, []string{watched}) {
 		t.Fatalf("after the reconnection pushed %q, want [%s]", keys, watched)
+	}
+}
+
+// trackProbe drives one tracking session for testTracking and hears what it pushes.
+type trackProbe struct {
+	t       *testing.T
+	ctx     context.Context
+	c       redisconn.Conn
+	tr      redisconn.Tracking
+	changes chan []string // what changed was called with
+}
+
+// read reads key through the session, again until the session can read (10 s at most).
+func (p *trackProbe) read(key string) {
+	p.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := []redisconn.TrackedRead{{Key: key, Args: []any{"GET", key}}}
+		p.tr.Read(p.ctx, r)
+		if r[0].Err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("read through the session: %v", r[0].Err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// next waits for the next change pushed after what.
+func (p *trackProbe) next(what string) []string {
+	p.t.Helper()
+	select {
+	case keys := <-p.changes:
+		return keys
+	case <-time.After(10 * time.Second):
+		p.t.Fatalf("no change pushed after %s", what)
+		return nil
+	}
+}
+
+// drain forgets the changes pushed so far.
+func (p *trackProbe) drain() {
+	for {
+		select {
+		case <-p.changes:
+		default:
+			return
+		}
+	}
+}
+
+// incr writes key, by a script through the Conn under test.
+func (p *trackProbe) incr(key string) {
+	p.t.Helper()
+	if _, err := p.c.Eval(p.ctx, replies, []string{key}, "incr"); err != nil {
+		p.t.Fatal(err)
 	}
 }
