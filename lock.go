@@ -95,9 +95,10 @@ func (l *Lock) ValidUntil() time.Time {
 // shorter or longer than before, and the validity deadline to ttl from when the refresh was
 // sent; later watchdog renewals use the new TTL. It is how a holder with the watchdog off keeps
 // the lock. A watchdog renewal on its way is waited for first, within ctx, so that it cannot
-// undo the refresh. Refresh returns by ctx's deadline. When its outcome is unknown (an error
-// that does not match ErrNotHeld), the store may have set ttl all the same: the deadline then
-// moves to ttl from the send if that is earlier, until a renewal is confirmed.
+// undo the refresh. Refresh returns by ctx's deadline. The store may set ttl as soon as it
+// receives the request, so from the send on the deadline is ttl from the send if that is
+// earlier: while the answer is on its way, and after an unknown outcome (an error that does
+// not match ErrNotHeld) until a renewal is confirmed.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := l.Valid(); err != nil {
 		return err
@@ -135,6 +136,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	defer h.unclaim(mine)
 	sent := l.c.now()
+	// The store may set a shorter TTL the moment the request arrives, whatever becomes of the
+	// answer: from the send on, the lock is trusted no longer than that.
+	renewAt, moved := h.mayHaveShortened(sent, ttl)
 	r := l.c.b.Renew(ctx, []Lease{lease})
 	if len(r) == 0 {
 		return fmt.Errorf("%w: backend returned no renewal result", ErrUnavailable)
@@ -152,7 +156,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		h.lose(err)
 		return err
 	default:
-		if renewAt, moved := h.mayHaveShortened(sent, ttl); moved {
+		if moved {
 			l.c.dog.rescheduled(h, renewAt)
 		}
 		return err

@@ -200,3 +200,49 @@ func TestRefreshShorterWithoutAnswerMovesDeadline(t *testing.T) {
 			time.Until(lock.ValidUntil()).Round(time.Millisecond), time.Since(sent).Round(time.Millisecond))
 	}
 }
+
+// A Refresh to a shorter TTL may be applied the moment the store receives it, however late its
+// answer comes: while it is on its way, the lock must be trusted no longer than the shorter TTL
+// from the send. Found by the nemesis (seed 791579613): a Refresh(400ms) sent to a stopped
+// server left the lock valid for its old TTL until the call failed, 1s later.
+func TestRefreshShorterInFlightIsNotTrusted(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	server := testserver.StartRedis(t)
+	c := newLocker(t, server.ClientT(t))
+	name := lockName(t)
+	lock, err := c.Obtain(ctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithWatchdog(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	if err := lock.Refresh(ctx, 10*time.Second); err != nil { // the renewal script is loaded
+		t.Fatal(err)
+	}
+	// A script keeps the server busy for 700 ms: the Refresh waits behind it.
+	busy := make(chan error, 1)
+	go func() {
+		busy <- server.ClientT(t).Eval(ctx, `local t = redis.call('TIME'); local stop = t[1] * 1000000 + t[2] + 700000
+			repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
+			return 1`, nil).Err()
+	}()
+	time.Sleep(50 * time.Millisecond)
+	sent := time.Now()
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- lock.Refresh(ctx, 200*time.Millisecond) }()
+	time.Sleep(400 * time.Millisecond)
+	select {
+	case err := <-refreshed:
+		t.Fatalf("Refresh returned %v while the server was busy", err)
+	default:
+	}
+	if err := lock.Valid(); err == nil {
+		t.Errorf("%v after sending Refresh(200ms), with its answer still on its way, the lock reports itself valid for %v more",
+			time.Since(sent).Round(time.Millisecond), time.Until(lock.ValidUntil()).Round(time.Millisecond))
+	}
+	if e := <-busy; e != nil {
+		t.Fatal(e)
+	}
+	if err := <-refreshed; err == nil {
+		t.Error("a Refresh(200ms) confirmed after its own validity had passed returned nil")
+	}
+}
