@@ -322,12 +322,24 @@ func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 
 // (g) A lock is not ended by a grant of its own owner and token (the store still held it),
 // and a lock of a long TTL is lost only when a fault touched it: a stop or a link fault of its
-// worker, a server fault, or its key deleted, from a second before it was obtained on.
+// worker, a server fault, or its key deleted, from a second before it was obtained on. A lock
+// nothing renews (its first grant had the watchdog off) and that was held past its validity
+// deadline is lost by design.
 func (h *nemesisHistory) checkSpurious(v *nemesisVerdict) {
 	grantOf := map[[2]int64]nemEvent{}
+	type heldBy struct {
+		w     int
+		owner string
+		tok   int64
+	}
+	firstOf := map[heldBy]nemEvent{}
 	for _, e := range h.Events {
 		if e.K == "grant" {
 			grantOf[[2]int64{int64(e.W), e.L}] = e
+			k := heldBy{e.W, e.Owner, e.Tok}
+			if f, ok := firstOf[k]; !ok || e.Ret < f.Ret {
+				firstOf[k] = e
+			}
 		}
 	}
 	_, _, shortest := h.lockSpans()
@@ -348,15 +360,40 @@ func (h *nemesisHistory) checkSpurious(v *nemesisVerdict) {
 		if shortest[lockKey{g.Owner, g.Tok}] < spuriousMinTTL {
 			continue
 		}
+		if firstOf[heldBy{e.W, g.Owner, g.Tok}].NoWatchdog && e.Ret >= e.Valid {
+			continue
+		}
 		if !h.touched(e.W, g.Name, g.Start-int64(time.Second), e.Ret) {
 			chk := chkSpurious
 			if h.Backend == "redlock" && strings.Contains(e.Err, "to this owner anew") {
 				chk = chkReentryAnew
 			}
-			v.flag(chk, e.W, "%s: worker %d's lock (TTL %v, token %d) lost %v after its grant: %s",
-				g.Name, e.W, g.TTL, g.Tok, time.Duration(e.Ret-g.Ret), e.Err)
+			v.flag(chk, e.W, "%s: worker %d's lock (TTL %v, token %d) lost %v after its grant: %s; %s",
+				g.Name, e.W, g.TTL, g.Tok, time.Duration(e.Ret-g.Ret), e.Err, h.renewals(g, e.Ret))
 		}
 	}
+}
+
+// renewals describes the watchdog's renewals of g's lock up to its loss at lost, timed from
+// the grant's return.
+func (h *nemesisHistory) renewals(g nemEvent, lost int64) string {
+	var b strings.Builder
+	for _, e := range h.Events {
+		if e.K != "renew" || e.W != g.W || e.Name != g.Name || e.Tok != g.Tok || e.Ret < g.Start || e.Start > lost {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "sent at %v took %v", time.Duration(e.Start-g.Ret).Round(time.Millisecond), time.Duration(e.Ret-e.Start).Round(time.Millisecond))
+		if e.Err != "" {
+			fmt.Fprintf(&b, " (%s)", e.Err)
+		}
+	}
+	if b.Len() == 0 {
+		return "no renewal came back"
+	}
+	return "renewals " + b.String()
 }
 
 // regranted returns a grant of the lost lock's owner and token to the same worker that was in

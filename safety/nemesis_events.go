@@ -17,7 +17,7 @@ import (
 // the wall clock (Unix ns), which every process on the machine shares.
 type nemEvent struct {
 	W     int           `json:"w"`            // worker
-	K     string        `json:"k"`            // kind: grant, fail, call, write, done, state, leak
+	K     string        `json:"k"`            // kind: grant, fail, call, write, done, state, leak, renew
 	Op    string        `json:"op,omitempty"` // obtain, try, burst, reenter, refresh, release
 	L     int64         `json:"l,omitempty"`  // the lock handle, unique within the worker
 	Name  string        `json:"n,omitempty"`
@@ -34,6 +34,9 @@ type nemEvent struct {
 	Lost  bool          `json:"lost,omitempty"` // done: the lock ended matching ErrLost
 	State string        `json:"st,omitempty"`   // state: waiting, holding, releasing, idle
 	Th    int           `json:"th,omitempty"`   // state: the thread
+	// NoWatchdog says a grant was asked for with the watchdog off: its lock is renewed only
+	// if an earlier grant of the same owner and token in this worker had it on.
+	NoWatchdog bool `json:"nowd,omitempty"`
 }
 
 // errClass names what an error means to the checkers.

@@ -96,7 +96,15 @@ func runNemesisWorker(raw string) int {
 		return 2
 	}
 	w.b = b
-	var opts []fencelock.ClientOption
+	// The watchdog's renewals go in the history, so that a finding about a lost lock shows
+	// what its renewals met.
+	opts := []fencelock.ClientOption{fencelock.WithObserver(func(e fencelock.Event) {
+		if e.Kind != fencelock.EventRenewed && e.Kind != fencelock.EventRenewFailed {
+			return
+		}
+		ret := time.Now()
+		w.out.emit(nemEvent{K: "renew", Name: e.Name, Tok: e.Token, Start: ret.Add(-e.Duration).UnixNano(), Ret: ret.UnixNano(), Class: errClass(e.Err), Err: errText(e.Err)})
+	})}
 	if w.broken["skew-clock"] {
 		opts = append(opts, fencelock.WithClock(func() time.Time { return time.Now().Add(-20 * time.Millisecond) }))
 	}
@@ -155,7 +163,7 @@ func (w *nemesisWorker) misbehave() {
 // does fn with it, and releases it.
 func (w *nemesisWorker) prologue(op, name string, ttl time.Duration, fn func(*fencelock.Lock, int64)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	lock, h := w.obtain(ctx, op, name, ttl, func(ctx context.Context) (*fencelock.Lock, error) {
+	lock, h := w.obtain(ctx, op, name, ttl, true, func(ctx context.Context) (*fencelock.Lock, error) {
 		if op == "try" {
 			return w.locker.TryObtain(ctx, name, fencelock.WithTTL(ttl))
 		}
@@ -208,7 +216,7 @@ func (w *nemesisWorker) step(th int, s stepPlan) {
 	}
 	w.out.emit(nemEvent{K: "state", Th: th, State: "waiting"})
 	ctx, cancel := context.WithTimeout(context.Background(), s.Wait)
-	lock, h := w.obtain(ctx, s.Op, s.Name, s.TTL, func(ctx context.Context) (*fencelock.Lock, error) {
+	lock, h := w.obtain(ctx, s.Op, s.Name, s.TTL, s.Watchdog, func(ctx context.Context) (*fencelock.Lock, error) {
 		if s.Op == "try" {
 			return w.locker.TryObtain(ctx, s.Name, opts...)
 		}
@@ -252,7 +260,7 @@ func (w *nemesisWorker) act(lock *fencelock.Lock, h int64, s stepPlan, a action)
 			Start: start.UnixNano(), Ret: ret.UnixNano(), Dl: dl.UnixNano(), Class: errClass(err), Err: errText(err), Valid: lock.ValidUntil().UnixNano()}))
 	case "reenter":
 		ctx, cancel := context.WithTimeout(lock.Context(), a.D)
-		inner, ih := w.obtain(ctx, "reenter", s.Name, a.TTL, func(ctx context.Context) (*fencelock.Lock, error) {
+		inner, ih := w.obtain(ctx, "reenter", s.Name, a.TTL, s.Watchdog, func(ctx context.Context) (*fencelock.Lock, error) {
 			return w.locker.Obtain(ctx, s.Name, w.options(s, a.TTL)...)
 		})
 		cancel()
@@ -265,7 +273,7 @@ func (w *nemesisWorker) act(lock *fencelock.Lock, h int64, s stepPlan, a action)
 
 // obtain runs one acquisition and reports it; a granted lock gets a handle number and a
 // watcher of its Done channel.
-func (w *nemesisWorker) obtain(ctx context.Context, op, name string, ttl time.Duration, call func(context.Context) (*fencelock.Lock, error)) (*fencelock.Lock, int64) {
+func (w *nemesisWorker) obtain(ctx context.Context, op, name string, ttl time.Duration, watchdog bool, call func(context.Context) (*fencelock.Lock, error)) (*fencelock.Lock, int64) {
 	start := time.Now()
 	lock, err := call(ctx)
 	ret := time.Now()
@@ -277,6 +285,7 @@ func (w *nemesisWorker) obtain(ctx context.Context, op, name string, ttl time.Du
 	}
 	h := w.seq.Add(1)
 	e.K, e.L, e.Owner, e.Tok, e.Count, e.Valid = "grant", h, lock.Owner(), lock.Token(), lock.HoldCount(), lock.ValidUntil().UnixNano()
+	e.NoWatchdog = !watchdog
 	if w.broken["fake-token"] {
 		e.Tok -= 1_000_000_000_000
 	}
