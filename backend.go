@@ -62,6 +62,33 @@ type LossWatcher interface {
 	WatchLoss(lease Lease, lost func(reason error)) (stop func())
 }
 
+// Semaphores is implemented by backends that keep semaphores as well as locks. A Request or
+// Lease with Limit > 0 then names a permit of the semaphore Name instead of the lock: Acquire
+// takes one of its Limit permits for Owner (or enters Owner's permit once more), returning a
+// *HeldError when all are held; Renew and Release act on Owner's permit alone; AcquireQueued,
+// when the backend is also a Queue, waits first come, first served. A semaphore's tokens are
+// strictly increasing per name, as a lock's are, and a semaphore's limit is the one its
+// current holders agreed on: a request with another limit while permits are held fails with a
+// *LimitError. A semaphore and a lock of the same name are unrelated.
+type Semaphores interface {
+	// InspectSemaphore reports the permits of the semaphore name without changing them.
+	InspectSemaphore(ctx context.Context, name string) (SemaphoreInfo, error)
+}
+
+// SemaphoreInfo describes a semaphore as the backend sees it.
+type SemaphoreInfo struct {
+	Name string
+	// Limit is the number of permits the holders agreed on; 0 when none is held.
+	Limit int
+	// Permits are the permits held, one Info each (Owner, Count, Token, Remaining, Meta), the
+	// first to expire first.
+	Permits []Info
+	// Waiting is the number of waiters in line, when the backend keeps one.
+	Waiting int
+	// Token is the last token issued for the semaphore, if the backend still knows it.
+	Token int64
+}
+
 // Namer is implemented by backends that can enumerate their locks; List uses it.
 type Namer interface {
 	// Names returns the names that start with prefix of the locks that may be held now, each
@@ -90,6 +117,9 @@ type Request struct {
 	// Meta is what the holder publishes about itself for operators (fencelock status), kept
 	// with a first acquisition; empty when it publishes nothing.
 	Meta string
+	// Limit, when positive, makes the request one for a permit of the semaphore Name, of Limit
+	// permits (see Semaphores); zero asks for the lock Name.
+	Limit int
 	// Renewed says the Client renews the lock while it is held (the watchdog is on). A Queue
 	// may then hand the lock to a waiter for less than TTL, saying so in Grant.Validity: the
 	// first renewal extends it, and a waiter that died in line holds it only that long.
@@ -113,6 +143,8 @@ type Lease struct {
 	// lock, for the same reason.
 	Refresh bool
 	Holds   int
+	// Limit is the Request's: positive for a permit of the semaphore Name.
+	Limit int
 }
 
 // Grant is what a successful Acquire or AcquireQueued returns.

@@ -148,6 +148,42 @@ func TestBadInput(t *testing.T) {
 			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
 				return obtainWith(ctx, t, rdb, name)
 			}},
+		{name: "semaphore key holds a string", want: fencelock.ErrInvalid,
+			setup: func(t *testing.T, rdb *redis.Client, key string) {
+				rdb.Set(context.Background(), key+":s:x", "not a semaphore", 0)
+			},
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				_, err := newLocker(t, rdb).Semaphore(name, 2).TryAcquire(ctx)
+				return err
+			}},
+		{name: "semaphore permit fencelock did not write", want: fencelock.ErrInvalid,
+			setup: func(t *testing.T, rdb *redis.Client, key string) {
+				ctx := context.Background()
+				rdb.HSet(ctx, key+":s", "o:someone", "not a permit")
+				rdb.ZAdd(ctx, key+":s:x", redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "someone"})
+			},
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				_, err := newLocker(t, rdb).Semaphore(name, 2).TryAcquire(ctx, fencelock.WithOwner("someone"))
+				if err != nil && !strings.Contains(err.Error(), "did not write") {
+					t.Errorf("the error does not say what is wrong: %v", err)
+				}
+				return err
+			}},
+		{name: "semaphore of limit 0", want: fencelock.ErrInvalid,
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				_, err := newLocker(t, rdb).Semaphore(name, 0).Acquire(ctx)
+				return err
+			}},
+		{name: "semaphore on a backend without semaphores", want: fencelock.ErrInvalid,
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				c := fencelock.New(struct{ fencelock.Backend }{redisbackend.New(rdb)})
+				defer c.Close()
+				_, err := c.Semaphore(name, 2).Acquire(ctx)
+				if err != nil && !strings.Contains(err.Error(), "keeps no semaphores") {
+					t.Errorf("the error does not say why: %v", err)
+				}
+				return err
+			}},
 		{name: "NOSCRIPT after SCRIPT FLUSH reloads", want: nil,
 			setup: func(t *testing.T, rdb *redis.Client, key string) {
 				rdb.ScriptFlush(context.Background())

@@ -39,7 +39,10 @@ type Client struct {
 	closed bool
 }
 
-type holdKey struct{ name, owner string }
+type holdKey struct {
+	name, owner string
+	permit      bool // a semaphore's permit and a lock of the same name are apart
+}
 
 // New returns a Client over b. A nil b gives a Client whose calls fail with ErrInvalid.
 func New(b Backend, opts ...ClientOption) *Client {
@@ -105,13 +108,13 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 // If ctx is the context of a lock on the same name obtained from this Client (lock.Context()
 // or a context derived from it), the acquisition re-enters that lock.
 func (c *Client) Obtain(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, name, true, opts)
+	return c.obtain(ctx, name, 0, true, opts)
 }
 
 // TryObtain makes one attempt to obtain the lock name. It fails with an error matching
 // ErrNotObtained when someone else holds it.
 func (c *Client) TryObtain(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, name, false, opts)
+	return c.obtain(ctx, name, 0, false, opts)
 }
 
 // Do obtains the lock name, runs fn under the lock's context and releases the lock. fn's
@@ -119,10 +122,15 @@ func (c *Client) TryObtain(ctx context.Context, name string, opts ...Option) (*L
 // obtaining or releasing the lock; when fn returned nil but the lock was lost while it ran,
 // Do returns an error matching ErrLost, since fn's work may have overlapped another holder's.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	return do(ctx, fn, func() (*Lock, error) { return c.Obtain(ctx, name, opts...) })
+}
+
+// do runs fn under the lock obtain obtains, as Client.Do says.
+func do(ctx context.Context, fn func(ctx context.Context) error, obtain func() (*Lock, error)) error {
 	if fn == nil {
 		return invalidf("nil function")
 	}
-	lock, err := c.Obtain(ctx, name, opts...)
+	lock, err := obtain()
 	if err != nil {
 		return err
 	}
@@ -169,8 +177,8 @@ func (c *Client) ready(ctx context.Context) error {
 // forget removes h from the held map if it is still the hold of its name and owner.
 func (c *Client) forget(h *hold) {
 	c.mu.Lock()
-	if c.held[holdKey{h.name, h.owner}] == h {
-		delete(c.held, holdKey{h.name, h.owner})
+	if key := (holdKey{h.name, h.owner, h.limit > 0}); c.held[key] == h {
+		delete(c.held, key)
 	}
 	c.mu.Unlock()
 }

@@ -42,11 +42,21 @@ var (
 type HeldError struct {
 	Name string
 	// Remaining is the holder's remaining time to live as the backend reported it, or zero when
-	// the backend cannot tell. A waiter sleeps at most this long before its next attempt.
+	// the backend cannot tell. A waiter sleeps at most this long before its next attempt. For
+	// a semaphore, it is the time until the first permit held expires.
 	Remaining time.Duration
+	// Limit is the semaphore's limit when Name is a semaphore whose permits are all held (or
+	// promised to waiters ahead in line); zero for a lock.
+	Limit int
 }
 
 func (e *HeldError) Error() string {
+	if e.Limit > 0 {
+		if e.Remaining > 0 {
+			return fmt.Sprintf("fencelock: not obtained: all %d permits of semaphore %q are held, the first for %v more", e.Limit, e.Name, e.Remaining)
+		}
+		return fmt.Sprintf("fencelock: not obtained: all %d permits of semaphore %q are held or promised to waiters ahead", e.Limit, e.Name)
+	}
 	if e.Remaining > 0 {
 		return fmt.Sprintf("fencelock: not obtained: %q is held by another owner for %v more", e.Name, e.Remaining)
 	}
@@ -55,6 +65,21 @@ func (e *HeldError) Error() string {
 
 // Is reports whether target is ErrNotObtained.
 func (e *HeldError) Is(target error) bool { return target == ErrNotObtained }
+
+// LimitError is returned when a semaphore is asked for with a limit other than the one its
+// current holders agreed on: contenders that disagree on the limit would otherwise let more
+// holders in than some of them allow. It matches ErrInvalid.
+type LimitError struct {
+	Name          string
+	Limit, Stored int // what the call asked for, and what the holders agreed on
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("fencelock: invalid argument: semaphore %q has limit %d while its permits are held; this call asked for %d", e.Name, e.Stored, e.Limit)
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *LimitError) Is(target error) bool { return target == ErrInvalid }
 
 // lostError is the error of a lost lock's context: it matches ErrLost and context.Canceled,
 // so that code which only knows about contexts still stops.

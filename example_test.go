@@ -109,3 +109,34 @@ func ExampleLock_Token() {
 	// fresh write: <nil>
 	// stale write refused: true
 }
+
+func ExampleSemaphore() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locker := fencelock.New(redisbackend.New(rdb))
+	defer locker.Close()
+
+	// At most 2 callers of the payment provider at once, across every instance.
+	payments := locker.Semaphore("payment-provider", 2)
+	first, err := payments.Acquire(ctx, fencelock.WithTTL(30*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer first.Release(ctx)
+	second, err := payments.Acquire(ctx, fencelock.WithTTL(30*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer second.Release(ctx)
+
+	// Each permit is a Lock: its own token for the store, a context that ends on loss.
+	_, err = payments.TryAcquire(ctx)
+	fmt.Println("tokens increase:", second.Token() > first.Token())
+	fmt.Println("third permit not obtained:", errors.Is(err, fencelock.ErrNotObtained))
+	// Output:
+	// tokens increase: true
+	// third permit not obtained: true
+}

@@ -23,6 +23,7 @@ import (
 type hold struct {
 	c           *Client
 	name, owner string
+	limit       int // the semaphore's, for a permit; 0 for a lock
 	token       int64
 	watchdog    bool
 	onLost      func(string, error)
@@ -54,9 +55,10 @@ const (
 )
 
 // newHold returns the hold of a first grant, trusted until deadline, its timer armed.
-func (c *Client) newHold(h *hold, name, owner string, s *settings, token int64, sent, deadline time.Time, validity time.Duration) {
+func (c *Client) newHold(h *hold, r *request, token int64, sent, deadline time.Time, validity time.Duration) {
+	s := &r.s
 	*h = hold{
-		c: c, name: name, owner: owner, token: token, watchdog: !s.noWatchdog,
+		c: c, name: r.name, owner: r.owner, limit: r.limit, token: token, watchdog: !s.noWatchdog,
 		onLost: s.onLost, obtained: sent, fixedEvery: s.renewEvery,
 		ttl: s.ttl, every: s.every, deadline: deadline, refs: 1,
 		// A lock handed over for a short claim is renewed well within it the first time, and
@@ -150,7 +152,7 @@ func (h *hold) setDeadline(d time.Time) {
 func (h *hold) lease() Lease {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return Lease{Name: h.name, Owner: h.owner, TTL: h.ttl, Token: h.token, Holds: h.refs}
+	return Lease{Name: h.name, Owner: h.owner, TTL: h.ttl, Token: h.token, Holds: h.refs, Limit: h.limit}
 }
 
 // claim makes ch the renewal in flight, if none is and the hold is live. The store sees one
@@ -199,8 +201,8 @@ func (h *hold) renewed(sent time.Time, ttl, validity time.Duration, refresh bool
 	return h.renewAt, true
 }
 
-// mayHaveShortened lowers the deadline after a Refresh to ttl, sent at sent, whose outcome is
-// unknown: the store may have set the shorter TTL, so the lock is trusted no longer than that
+// mayHaveShortened lowers the deadline for a Refresh to ttl sent at sent, whose outcome is not
+// known yet: the store may set the shorter TTL, so the lock is trusted no longer than that
 // Refresh confirmed would be, until a renewal is confirmed. It returns when the watchdog
 // should renew next, and false when the deadline did not move.
 func (h *hold) mayHaveShortened(sent time.Time, ttl time.Duration) (renewAt time.Time, moved bool) {

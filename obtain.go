@@ -23,17 +23,18 @@ var unavailableBackoff = [...]time.Duration{10 * time.Millisecond, 50 * time.Mil
 type request struct {
 	vctx  context.Context // the context given to Obtain: the values the lock's context carries
 	name  string
+	limit int // a semaphore's, for a permit; 0 for a lock
 	owner string
 	fresh bool // the owner was made for this call alone: its only hold needs no ID
 	s     settings
 }
 
-func (c *Client) obtain(ctx context.Context, name string, wait bool, opts []Option) (*Lock, error) {
+func (c *Client) obtain(ctx context.Context, name string, limit int, wait bool, opts []Option) (*Lock, error) {
 	if err := c.check(ctx, name); err != nil {
 		return nil, err
 	}
 	start := c.now()
-	r := request{vctx: ctx, name: name, s: c.settings(opts)}
+	r := request{vctx: ctx, name: name, limit: limit, s: c.settings(opts)}
 	if err := r.s.validate(); err != nil {
 		return nil, err
 	}
@@ -48,7 +49,8 @@ func (c *Client) obtain(ctx context.Context, name string, wait bool, opts []Opti
 	}
 	r.owner = r.s.owner
 	if r.owner == "" {
-		if h := heldState(ctx, c, name); h != nil {
+		// A permit's context is no way back into it: each Acquire takes a permit of its own.
+		if h := heldState(ctx, c, name); h != nil && limit == 0 {
 			r.owner = h.owner
 		} else {
 			r.owner, r.fresh = newOwner(), true
@@ -99,7 +101,7 @@ func (c *Client) waitForRelease(ctx context.Context, r *request) (*Lock, error) 
 	// Subscribe, then attempt again at once: a release before the subscription is seen by
 	// that attempt, and any release after it by the subscription. No wake-up is missed.
 	var released <-chan struct{}
-	if c.watcher != nil && r.s.retry == nil {
+	if c.watcher != nil && r.s.retry == nil && r.limit == 0 {
 		ch, stop, werr := c.watcher.WatchRelease(ctx, r.name)
 		if werr == nil {
 			defer stop()
@@ -152,7 +154,7 @@ func (c *Client) attempt(ctx context.Context, r *request, queue Queue) (*Lock, e
 		var buf [32]byte
 		hold = string(strconv.AppendUint(append(buf[:0], c.holdPrefix...), c.holdSeq.Add(1), 36))
 	}
-	req := Request{Name: r.name, Owner: r.owner, Hold: hold, TTL: r.s.ttl, Meta: r.s.meta, Renewed: !r.s.noWatchdog}
+	req := Request{Name: r.name, Owner: r.owner, Hold: hold, TTL: r.s.ttl, Meta: r.s.meta, Renewed: !r.s.noWatchdog, Limit: r.limit}
 	start := c.now()
 	var g Grant
 	var err error
@@ -166,7 +168,7 @@ func (c *Client) attempt(ctx context.Context, r *request, queue Queue) (*Lock, e
 		lock, err = c.grant(r, hold, start, g)
 	}
 	if err != nil && mayHaveTaken(err) {
-		c.undo(Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token}, hold)
+		c.undo(Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token, Limit: r.limit}, hold)
 		if r.fresh {
 			r.owner = newOwner()
 		}
@@ -206,7 +208,7 @@ func (c *Client) grant(r *request, holdID string, start time.Time, g Grant) (*Lo
 		// Whatever the store granted may be another holder's by now.
 		return nil, fmt.Errorf("%w: the grant of %q arrived %v after its validity had passed", ErrUnavailable, r.name, late)
 	}
-	key := holdKey{r.name, r.owner}
+	key := holdKey{r.name, r.owner, r.limit > 0}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -242,7 +244,7 @@ func (c *Client) grant(r *request, holdID string, start time.Time, g Grant) (*Lo
 			h hold
 		}{}
 		l, h = &first.l, &first.h
-		c.newHold(h, r.name, r.owner, &r.s, g.Token, sent, deadline, v)
+		c.newHold(h, r, g.Token, sent, deadline, v)
 		c.held[key] = h
 		c.mu.Unlock()
 		if h.watchdog {

@@ -16,6 +16,10 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	if err := b.usable(req.Name); err != nil {
 		return fencelock.Grant{}, err
 	}
+	if req.Limit > 0 {
+		g, _, err := b.permitAttempt(ctx, req, 0)
+		return g, err
+	}
 	keys := b.queueKeys(req.Name)[:3] // the lock, its fence counter and its line
 	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta}
 	var reply []any

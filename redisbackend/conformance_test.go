@@ -31,7 +31,7 @@ func TestConformance(t *testing.T) {
 	for _, d := range deployments {
 		t.Run(d.name, func(t *testing.T) {
 			rdb := d.client(t)
-			fencelocktest.Run(t, fencelocktest.Target{
+			target := fencelocktest.Target{
 				New: func(t *testing.T) fencelock.Backend { return redisbackend.New(rdb, d.opts...) },
 				TTL: time.Second,
 				Drop: func(t *testing.T, name string) {
@@ -39,7 +39,9 @@ func TestConformance(t *testing.T) {
 						t.Fatal(err)
 					}
 				},
-			})
+			}
+			fencelocktest.Run(t, target)
+			t.Run("Semaphore", func(t *testing.T) { fencelocktest.RunSemaphore(t, target) })
 		})
 	}
 }

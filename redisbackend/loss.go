@@ -18,8 +18,8 @@ import (
 // go-redis Client or ClusterClient, a server before Redis 6) it watches nothing, and the
 // renewals tell as before.
 func (b *Backend) WatchLoss(lease fencelock.Lease, lost func(error)) (stop func()) {
-	if b.err != nil || b.closed.Load() {
-		return func() {}
+	if b.err != nil || b.closed.Load() || lease.Limit > 0 {
+		return func() {} // a permit's loss is learnt from its renewals
 	}
 	return b.loss.watch(b, lease, lost)
 }

@@ -37,6 +37,9 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 	if err := b.usable(req.Name); err != nil {
 		return fencelock.Grant{}, err
 	}
+	if req.Limit > 0 {
+		return b.waitForPermit(ctx, req)
+	}
 	if strings.Contains(req.Hold, "@") {
 		return fencelock.Grant{}, fmt.Errorf("%w: hold ID %q contains '@'", fencelock.ErrInvalid, req.Hold)
 	}
@@ -265,6 +268,6 @@ func (b *Backend) queueKeys(name string) []string {
 // hand out.
 func (b *Backend) undo(req fencelock.Request) {
 	b.bg.later(func(ctx context.Context) {
-		_, _ = b.release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
+		_, _ = b.release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}, req.Hold)
 	})
 }

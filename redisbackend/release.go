@@ -19,6 +19,9 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 
 // release is Release for a usable name, also while the Backend closes.
 func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+	if lease.Limit > 0 {
+		return b.releasePermit(ctx, lease, hold)
+	}
 	n, err := redisconn.Int64(b.pipe.run(ctx, releaseScript, b.queueKeys(lease.Name), lease.Owner, hold, b.announce.Publish, b.retentionArg, b.announce.Count))
 	switch {
 	case err != nil:

@@ -17,7 +17,11 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	idx := make([]int, 0, len(leases))
 	for i, l := range leases {
 		if errs[i].Err = b.usable(l.Name); errs[i].Err == nil {
-			calls = append(calls, redisconn.Call{Script: renewScript, Keys: []string{b.Key(l.Name)}, Args: []any{l.Owner, b.ttlArg(l.TTL), l.Token, setTTL(l)}})
+			c := redisconn.Call{Script: renewScript, Keys: []string{b.Key(l.Name)}, Args: []any{l.Owner, b.ttlArg(l.TTL), l.Token, setTTL(l)}}
+			if l.Limit > 0 {
+				c.Script, c.Keys = semRenewScript, b.semKeys(l.Name)[:2]
+			}
+			calls = append(calls, c)
 			idx = append(idx, i)
 		}
 	}
@@ -25,7 +29,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 		b.c.EvalBatch(ctx, calls)
 	}
 	for k, c := range calls {
-		errs[idx[k]].Err = renewResult(leases[idx[k]].Name, c.Reply, c.Err)
+		errs[idx[k]].Err = renewResult(leases[idx[k]], c.Reply, c.Err)
 	}
 	return errs
 }
@@ -38,13 +42,15 @@ func setTTL(l fencelock.Lease) int {
 	return 0
 }
 
-func renewResult(name string, reply any, err error) error {
+func renewResult(l fencelock.Lease, reply any, err error) error {
 	n, err := redisconn.Int64(reply, err)
 	switch {
 	case err != nil:
 		return redislayer.Classify(err)
+	case n == 0 && l.Limit > 0:
+		return fmt.Errorf("%w: no permit of semaphore %q is held by this owner in Redis", fencelock.ErrNotHeld, l.Name)
 	case n == 0:
-		return fmt.Errorf("%w: %q is no longer held by this owner in Redis", fencelock.ErrNotHeld, name)
+		return fmt.Errorf("%w: %q is no longer held by this owner in Redis", fencelock.ErrNotHeld, l.Name)
 	}
 	return nil
 }

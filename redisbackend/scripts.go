@@ -28,6 +28,18 @@ var (
 	inspectSrc string
 	//go:embed force.lua
 	forceBody string
+	//go:embed sem.lua
+	semSrc string
+	//go:embed sem_acquire.lua
+	semAcquireBody string
+	//go:embed sem_renew.lua
+	semRenewBody string
+	//go:embed sem_release.lua
+	semReleaseBody string
+	//go:embed sem_inspect.lua
+	semInspectBody string
+	//go:embed sem_leave.lua
+	semLeaveSrc string
 
 	// The scripts that give a lock to an owner share the functions of take.lua, reenter.lua
 	// and handover.lua, and those that free one announce.lua of internal/redislayer; each
@@ -42,4 +54,11 @@ var (
 	releaseScript = redisconn.NewScript(releaseSrc)
 	inspectScript = redisconn.NewScript(inspectSrc)
 	forceScript   = redisconn.NewScript(redislayer.AnnounceLua + takeSrc + handoverSrc + forceBody)
+
+	// The semaphore's scripts share sem.lua; those that issue tokens, take.lua's next_token.
+	semAcquireScript = redisconn.NewScript(takeSrc + semSrc + semAcquireBody)
+	semRenewScript   = redisconn.NewScript(semSrc + semRenewBody)
+	semReleaseScript = redisconn.NewScript(redislayer.AnnounceLua + semSrc + semReleaseBody)
+	semInspectScript = redisconn.NewScript(semSrc + semInspectBody)
+	semLeaveScript   = redisconn.NewScript(semLeaveSrc)
 )

@@ -30,6 +30,7 @@ type runFlags struct {
 	wait         time.Duration
 	conflictCode int
 	killAfter    time.Duration
+	permits      int // with N > 0, NAME is a semaphore of N permits and run takes one
 }
 
 const runLong = `Run COMMAND while holding the lock NAME, and release the lock when it ends.
@@ -54,6 +55,11 @@ group (such as the shell whose script called run), which it then dies of. When t
 stops (Ctrl-Z), run stops too and gives the terminal back; while stopped it
 does not renew the lock, which expires after its TTL. When run continues, it continues the
 command, or ends it as above if the lock was lost meanwhile.
+
+With -n N, NAME is a semaphore of N permits, and run takes one of them instead of the lock:
+at most N commands run at once under NAME, across every host. Each permit has its own
+FENCELOCK_TOKEN. Every run of NAME must say the same N while any runs; one that says another
+exits 2.
 
 A signal while run waits for the lock ends the wait: run exits 128+signal, as a shell does,
 and the command is not started. Otherwise run exits with the command's own exit code.
@@ -83,6 +89,9 @@ func newRunCmd(g *globals) *cobra.Command {
   # Wait up to ten minutes for the lock instead.
   fencelock run --wait 10m migrate -- ./migrate.sh
 
+  # At most 3 hosts rebuild the index at once; the others wait their turn.
+  fencelock run -n 3 --wait -1s rebuild-index -- ./rebuild.sh
+
   # On etcd, with a 10s TTL.
   fencelock --backend etcd://10.0.0.5:2379 run --ttl 10s reindex -- ./reindex`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -104,6 +113,7 @@ func newRunCmd(g *globals) *cobra.Command {
 	cmd.Flags().DurationVar(&f.ttl, "ttl", 30*time.Second, "lock TTL: how long the lock outlives this process if it dies")
 	cmd.Flags().DurationVar(&f.wait, "wait", 0, "how long to wait for the lock when the first attempt does not get it; 0 gives up at once, a negative value waits without limit")
 	cmd.Flags().IntVar(&f.conflictCode, "conflict-exit-code", exitConflict, "exit code when the lock is held elsewhere")
+	cmd.Flags().IntVarP(&f.permits, "permits", "n", 0, "take one of N permits of the semaphore NAME instead of the lock NAME (Redis)")
 	cmd.Flags().DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after a lost lock, SIGKILL the command this long after SIGTERM; 0 never sends SIGKILL")
 	return cmd
 }
@@ -143,6 +153,9 @@ func run(ctx context.Context, g *globals, f *runFlags, name string, argv []strin
 	}
 	if err := checkTTL(f.ttl); err != nil {
 		return err
+	}
+	if cmd.Flags().Changed("permits") && f.permits < 1 {
+		return exitf(exitUsage, "-n %d: a semaphore needs at least 1 permit", f.permits)
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {

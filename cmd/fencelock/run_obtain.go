@@ -57,8 +57,18 @@ func obtainOnce(ctx context.Context, st *store, locker *fencelock.Client, f *run
 		return nil, err
 	}
 	opts := []fencelock.Option{fencelock.WithTTL(f.ttl), fencelock.WithMetadata(holderMeta(command))}
+	try, wait := locker.TryObtain, locker.Obtain
+	if f.permits > 0 {
+		sem := locker.Semaphore(name, f.permits)
+		try = func(ctx context.Context, _ string, opts ...fencelock.Option) (*fencelock.Lock, error) {
+			return sem.TryAcquire(ctx, opts...)
+		}
+		wait = func(ctx context.Context, _ string, opts ...fencelock.Option) (*fencelock.Lock, error) {
+			return sem.Acquire(ctx, opts...)
+		}
+	}
 	actx, cancel := context.WithTimeout(ctx, firstAttemptTimeout)
-	lock, first := locker.TryObtain(actx, name, opts...)
+	lock, first := try(actx, name, opts...)
 	cancel()
 	if first == nil {
 		return lock, nil
@@ -72,7 +82,7 @@ func obtainOnce(ctx context.Context, st *store, locker *fencelock.Client, f *run
 		wctx, cancel = context.WithTimeout(ctx, f.wait)
 		defer cancel()
 	}
-	lock, err := locker.Obtain(wctx, name, opts...)
+	lock, err := wait(wctx, name, opts...)
 	if err == nil {
 		return lock, nil
 	}
@@ -93,7 +103,7 @@ func notObtainedExit(ctx context.Context, locker *fencelock.Client, f *runFlags,
 		left = held.Remaining
 	case errors.Is(last, fencelock.ErrInvalid):
 		return &exitError{code: exitUsage, err: last}
-	case f.wait != 0 && errors.Is(last, context.DeadlineExceeded) && heldNow(ctx, locker, name, &left):
+	case f.wait != 0 && errors.Is(last, context.DeadlineExceeded) && heldNow(ctx, locker, f, name, &left):
 		// A queued wait that ran out says only that; ask who holds the lock.
 	default:
 		// Not held elsewhere: the backend refused, failed or did not answer. The first
@@ -107,21 +117,35 @@ func notObtainedExit(ctx context.Context, locker *fencelock.Client, f *runFlags,
 		}
 		return exitf(exitFailure, "lock %q not obtained: %v", name, cause)
 	}
-	ttl := ""
+	ttl, what, it := "", fmt.Sprintf("lock %q is", name), "it"
 	if left > 0 {
 		ttl = fmt.Sprintf("; the holder's TTL has %v left", left.Round(time.Millisecond))
 	}
-	if f.wait > 0 {
-		return &exitError{code: f.conflictCode, err: fmt.Errorf("lock %q is held elsewhere: waited %v for it%s", name, f.wait, ttl)}
+	if f.permits > 0 {
+		what, it = fmt.Sprintf("all %d permits of %q are", f.permits, name), "one"
+		if left > 0 {
+			ttl = fmt.Sprintf("; the first to expire has %v left", left.Round(time.Millisecond))
+		}
 	}
-	return &exitError{code: f.conflictCode, err: fmt.Errorf("lock %q is held elsewhere%s; --wait DURATION waits for it", name, ttl)}
+	if f.wait > 0 {
+		return &exitError{code: f.conflictCode, err: fmt.Errorf("%s held elsewhere: waited %v for %s%s", what, f.wait, it, ttl)}
+	}
+	return &exitError{code: f.conflictCode, err: fmt.Errorf("%s held elsewhere%s; --wait DURATION waits for it", what, ttl)}
 }
 
-// heldNow reports whether the backend says name is held now, and sets left to what the
-// holder's TTL has left.
-func heldNow(ctx context.Context, locker *fencelock.Client, name string, left *time.Duration) bool {
+// heldNow reports whether the backend says name is held now (every permit, for a semaphore),
+// and sets left to what the holder's TTL has left (the first permit's to expire).
+func heldNow(ctx context.Context, locker *fencelock.Client, f *runFlags, name string, left *time.Duration) bool {
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	if f.permits > 0 {
+		info, err := locker.Semaphore(name, f.permits).Inspect(ictx)
+		if err != nil || len(info.Permits) < f.permits {
+			return false
+		}
+		*left = info.Permits[0].Remaining
+		return true
+	}
 	info, err := locker.Inspect(ictx, name)
 	if err == nil && info.Held {
 		*left = info.Remaining

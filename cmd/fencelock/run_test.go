@@ -96,6 +96,65 @@ func TestRunConflict(t *testing.T) {
 	holder.stop(t)
 }
 
+// run -n N lets N commands run at once under one name, each with a token of its own, and no
+// more; a run that says another N while they run is told so.
+func TestRunPermits(t *testing.T) {
+	r, env := redisEnv(t)
+	permits := func() int {
+		info, err := redisbackend.New(r.ClientT(t)).InspectSemaphore(context.Background(), "pool")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(info.Permits)
+	}
+	first := startRun(t, env, "run", "-n", "2", "pool", "--", "sleep", "30")
+	second := startRun(t, env, "run", "-n", "2", "pool", "--", "sleep", "30")
+	waitFor(t, 20*time.Second, "two permits never held", func() bool { return permits() == 2 })
+	if held(t, r, "pool") {
+		t.Fatal("run -n took the lock of the same name")
+	}
+	if res := cli(t, 20*time.Second, env, "status", "--semaphore", "pool"); res.code != 0 ||
+		!strings.Contains(res.stdout, `semaphore "pool": 2 of 2 permits held, 0 waiting`) || strings.Count(res.stdout, "sleep, pid") != 2 {
+		t.Errorf("status --semaphore: code %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	var sv struct {
+		Limit   int `json:"limit"`
+		Permits []struct {
+			Token int64 `json:"token"`
+		} `json:"permits"`
+	}
+	if res := cli(t, 20*time.Second, env, "--json", "status", "--semaphore", "pool"); res.code != 0 || json.Unmarshal([]byte(res.stdout), &sv) != nil ||
+		sv.Limit != 2 || len(sv.Permits) != 2 || sv.Permits[0].Token == sv.Permits[1].Token {
+		t.Errorf("status --semaphore --json: code %d, stdout %q", res.code, res.stdout)
+	}
+	res := cli(t, 20*time.Second, env, "run", "-n", "2", "pool", "--", "true")
+	if res.code != exitConflict || !strings.Contains(res.stderr, `all 2 permits of "pool" are held elsewhere`) || !strings.Contains(res.stderr, "the first to expire has") {
+		t.Errorf("a third run of 2 permits: code %d, stderr %q", res.code, res.stderr)
+	}
+	res = cli(t, 20*time.Second, env, "run", "-n", "2", "--wait", "300ms", "pool", "--", "true")
+	if res.code != exitConflict || !strings.Contains(res.stderr, "waited 300ms for one") {
+		t.Errorf("a third run of 2 permits with --wait: code %d, stderr %q", res.code, res.stderr)
+	}
+	res = cli(t, 20*time.Second, env, "run", "-n", "3", "pool", "--", "true")
+	if res.code != exitUsage || !strings.Contains(res.stderr, "has limit 2 while its permits are held; this call asked for 3") {
+		t.Errorf("a run of 3 permits beside runs of 2: code %d, stderr %q", res.code, res.stderr)
+	}
+	if res := cli(t, 20*time.Second, env, "run", "-n", "0", "pool", "--", "true"); res.code != exitUsage {
+		t.Errorf("-n 0: code %d, stderr %q", res.code, res.stderr)
+	}
+	// A third waits its turn, and gets a token above both.
+	third := startRun(t, env, "run", "-n", "2", "--wait", "-1s", "pool", "--", "sh", "-c", `echo "$FENCELOCK_TOKEN"`)
+	first.stop(t)
+	if code := third.wait(t); code != 0 {
+		t.Fatalf("the waiting run exited %d: %q", code, third.errb.String())
+	}
+	if tok, err := strconv.ParseInt(strings.TrimSpace(third.out.String()), 10, 64); err != nil || tok <= 0 {
+		t.Fatalf("the waiting run's command saw FENCELOCK_TOKEN %q", third.out.String())
+	}
+	second.stop(t)
+	waitFor(t, 20*time.Second, "permits left behind", func() bool { return permits() == 0 })
+}
+
 // run, doctor and bench word a TTL below the minimum alike.
 func TestTTLMinimumWording(t *testing.T) {
 	_, env := redisEnv(t)
@@ -302,6 +361,15 @@ func (s *syncWriter) String() string {
 func held(t *testing.T, r *testserver.Redis, name string) bool {
 	rc := r.ClientT(t)
 	return rc.Exists(context.Background(), redisbackend.New(rc).Key(name)).Val() == 1
+}
+
+func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(bound); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+	}
 }
 
 func waitHeld(t *testing.T, r *testserver.Redis, name string) {

@@ -71,7 +71,7 @@ return redis.call('DEL', unpack(KEYS))
 func TestBackendConformance(t *testing.T) {
 	redisconntest.Deployments(t, func(t *testing.T, d redisconntest.Deployment) {
 		c := dial(t, d)
-		fencelocktest.Run(t, fencelocktest.Target{
+		target := fencelocktest.Target{
 			New: func(t *testing.T) fencelock.Backend { return redisbackend.New(c) },
 			TTL: time.Second,
 			Drop: func(t *testing.T, name string) {
@@ -79,7 +79,9 @@ func TestBackendConformance(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-		})
+		}
+		fencelocktest.Run(t, target)
+		t.Run("Semaphore", func(t *testing.T) { fencelocktest.RunSemaphore(t, target) })
 	})
 }
 

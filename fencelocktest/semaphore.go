@@ -1,0 +1,411 @@
+package fencelocktest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// RunSemaphore runs the semaphore suite as subtests of t, for a backend that implements
+// fencelock.Semaphores. Target.Drop is not used.
+func RunSemaphore(t *testing.T, target Target) {
+	s := suite{Target: target}
+	t.Run("LimitHonoured", s.semLimitHonoured)
+	t.Run("NeverMoreThanLimit", s.semNeverMoreThanLimit)
+	t.Run("WaitersFirstComeFirstServed", s.semFirstComeFirstServed)
+	t.Run("WaitWakesOnRelease", s.semWaitWakesOnRelease)
+	t.Run("CrashedHolderPermitReturns", s.semCrashedHolder)
+	t.Run("ReleaseAfterExpiryFreesNoOther", s.semReleaseAfterExpiry)
+	t.Run("LimitDisagreement", s.semLimitDisagreement)
+	t.Run("WatchdogKeepsPermit", s.semWatchdogKeepsPermit)
+	t.Run("RefreshAndReentryWithOwner", s.semRefreshAndReentry)
+	t.Run("WaitContextEndsLeavesLine", s.semWaitContextEnds)
+	t.Run("BadInput", s.semBadInput)
+}
+
+// The limit is honoured, permits have tokens that increase, and a released permit goes to
+// the next taker.
+func (s suite) semLimitHonoured(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	var permits []*fencelock.Lock
+	var last int64
+	for range 3 {
+		p, err := s.client(t).Semaphore(name, 3).TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Token() <= last {
+			t.Fatalf("permit token %d after %d", p.Token(), last)
+		}
+		last = p.Token()
+		permits = append(permits, p)
+	}
+	fourth := s.client(t).Semaphore(name, 3)
+	_, err := fourth.TryAcquire(ctx)
+	var held *fencelock.HeldError
+	if !errors.As(err, &held) || !errors.Is(err, fencelock.ErrNotObtained) || held.Limit != 3 {
+		t.Fatalf("a fourth permit of 3: %v, want a *HeldError of limit 3", err)
+	}
+	info, err := fourth.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Limit != 3 || len(info.Permits) != 3 || info.Token < last {
+		t.Fatalf("Inspect: %+v, want limit 3, 3 permits and a token of at least %d", info, last)
+	}
+	for i, p := range info.Permits {
+		if !p.Held || p.Owner == "" || p.Count != 1 || p.Remaining <= 0 || p.Remaining > s.TTL {
+			t.Fatalf("Inspect: permit %d is %+v", i, p)
+		}
+	}
+	if err := permits[1].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := fourth.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire after a release: %v", err)
+	}
+	if p.Token() <= last {
+		t.Fatalf("permit token %d after %d", p.Token(), last)
+	}
+	for _, p := range append(permits, p) {
+		_ = p.Release(ctx)
+	}
+	if info, err := fourth.Inspect(ctx); err != nil || len(info.Permits) != 0 {
+		t.Fatalf("Inspect after every release: %+v, %v", info, err)
+	}
+}
+
+// Many clients taking and releasing permits at once never believe more than the limit valid.
+func (s suite) semNeverMoreThanLimit(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	const limit, workers, rounds = 3, 8, 8
+	clients := []*fencelock.Client{s.client(t), s.client(t), s.client(t)}
+	var inside, most atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			sem := clients[w%len(clients)].Semaphore(name, limit)
+			for range rounds {
+				p, err := sem.Acquire(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				n := inside.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(time.Duration(w%3+1) * time.Millisecond)
+				if err := p.Valid(); err != nil {
+					errs <- err
+					inside.Add(-1)
+					return
+				}
+				inside.Add(-1)
+				if err := p.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if m := most.Load(); m > limit {
+		t.Fatalf("%d permits of %d held at once", m, limit)
+	} else if m < 2 {
+		t.Fatalf("at most %d permit held at once by %d workers: the test ran nothing concurrently", m, workers)
+	}
+}
+
+// Waiters get permits in the order they came.
+func (s suite) semFirstComeFirstServed(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	holder, err := s.client(t).Semaphore(name, 1).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 4
+	order := make(chan int, waiters)
+	errs := make(chan error, waiters)
+	var wg sync.WaitGroup
+	for i := range waiters {
+		sem := s.client(t).Semaphore(name, 1)
+		wg.Go(func() {
+			p, err := sem.Acquire(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			order <- i
+			time.Sleep(20 * time.Millisecond)
+			if err := p.Release(ctx); err != nil {
+				errs <- err
+			}
+		})
+		// In line before the next one comes.
+		waitUntil(t, 10*time.Second, "the waiter never joined the line", func() bool {
+			info, err := sem.Inspect(ctx)
+			return err == nil && info.Waiting == i+1
+		})
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	want := 0
+	for got := range order {
+		if got != want {
+			t.Fatalf("waiter %d got the permit %s", got, ordinal(want))
+		}
+		want++
+	}
+}
+
+func ordinal(i int) string {
+	return [...]string{"first", "second", "third", "fourth"}[i]
+}
+
+func waitUntil(t *testing.T, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(bound); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal(what)
+		}
+	}
+}
+
+// A waiter is woken by a release, not by the holder's TTL running out.
+func (s suite) semWaitWakesOnRelease(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	const ttl = 30 * time.Second
+	holder, err := s.client(t).Semaphore(name, 1).Acquire(ctx, fencelock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem := s.client(t).Semaphore(name, 1)
+	got := make(chan error, 1)
+	go func() {
+		p, err := sem.Acquire(ctx, fencelock.WithTTL(ttl))
+		if err == nil {
+			err = p.Release(ctx)
+		}
+		got <- err
+	}()
+	waitUntil(t, 10*time.Second, "the waiter never joined the line", func() bool {
+		info, err := sem.Inspect(ctx)
+		return err == nil && info.Waiting == 1
+	})
+	released := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(ttl / 3):
+		t.Fatalf("the waiter did not get the permit within %v of its release (the holder's TTL was %v)", time.Since(released), ttl)
+	}
+}
+
+// A holder that dies without releasing gives its permit back when its TTL runs out.
+func (s suite) semCrashedHolder(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	dead := fencelock.New(s.New(t), fencelock.WithDefaults(fencelock.WithTTL(s.TTL)))
+	if _, err := dead.Semaphore(name, 1).Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = dead.Close() // renewals stop; nothing is released
+	start := time.Now()
+	p, err := s.client(t).Semaphore(name, 1).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	if waited := time.Since(start); waited > 5*s.TTL {
+		t.Fatalf("the dead holder's permit came back after %v; its TTL was %v", waited, s.TTL)
+	}
+}
+
+// A holder whose permit expired cannot release another's: the count never inflates.
+func (s suite) semReleaseAfterExpiry(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	a := s.client(t).Semaphore(name, 1)
+	first, err := a.Acquire(ctx, fencelock.WithWatchdog(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-first.Context().Done()
+	second, err := s.client(t).Semaphore(name, 1).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Release(ctx)
+	if err := first.Release(ctx); !errors.Is(err, fencelock.ErrNotHeld) {
+		t.Fatalf("Release of an expired permit: %v, want ErrNotHeld", err)
+	}
+	if p, err := s.client(t).Semaphore(name, 1).TryAcquire(ctx); !errors.Is(err, fencelock.ErrNotObtained) {
+		if p != nil {
+			_ = p.Release(ctx)
+		}
+		t.Fatalf("after a stale release, TryAcquire of a semaphore of 1 held by another: %v, want ErrNotObtained", err)
+	}
+	if second.Token() <= first.Token() {
+		t.Fatalf("token %d after %d", second.Token(), first.Token())
+	}
+}
+
+// Contenders that disagree on the limit get a typed error, not a mix of limits.
+func (s suite) semLimitDisagreement(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	p, err := s.client(t).Semaphore(name, 2).TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := s.client(t).Semaphore(name, 3)
+	for _, try := range []func(context.Context, ...fencelock.Option) (*fencelock.Lock, error){other.TryAcquire, other.Acquire} {
+		_, err = try(ctx)
+		var le *fencelock.LimitError
+		if !errors.As(err, &le) || !errors.Is(err, fencelock.ErrInvalid) || le.Stored != 2 || le.Limit != 3 {
+			t.Fatalf("a permit of 3 while permits of 2 are held: %v, want a *LimitError", err)
+		}
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q, err := other.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("a permit of 3 once no permit of 2 is held: %v", err)
+	}
+	_ = q.Release(ctx)
+}
+
+// The watchdog keeps a permit past several TTLs.
+func (s suite) semWatchdogKeepsPermit(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	p, err := s.client(t).Semaphore(name, 1).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * s.TTL)
+	if err := p.Context().Err(); err != nil {
+		t.Fatalf("permit lost after 3 TTLs: %v", err)
+	}
+	if _, err := s.client(t).Semaphore(name, 1).TryAcquire(ctx); !errors.Is(err, fencelock.ErrNotObtained) {
+		t.Fatalf("another client got the only permit: %v", err)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Context().Err(); err == nil {
+		t.Fatal("the permit's context did not end at its release")
+	}
+}
+
+// Refresh sets a permit's TTL, and an Acquire with the owner of a permit enters it once more.
+func (s suite) semRefreshAndReentry(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	sem := s.client(t).Semaphore(name, 2)
+	owner := fencelock.WithOwner("sem-owner-" + name)
+	p, err := sem.Acquire(ctx, owner, fencelock.WithWatchdog(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := sem.Acquire(ctx, owner, fencelock.WithWatchdog(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Token() != p.Token() || again.HoldCount() != 2 {
+		t.Fatalf("re-entry: token %d count %d, want token %d count 2", again.Token(), again.HoldCount(), p.Token())
+	}
+	long := 4 * s.TTL
+	if err := p.Refresh(ctx, long); err != nil {
+		t.Fatal(err)
+	}
+	info, err := sem.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Permits) != 1 || info.Permits[0].Count != 2 || info.Permits[0].Remaining <= 2*s.TTL {
+		t.Fatalf("after a re-entry and Refresh(%v): %+v, want one permit of 2 holds with more than %v left", long, info, 2*s.TTL)
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := sem.Inspect(ctx); err != nil || len(info.Permits) != 0 {
+		t.Fatalf("Inspect after both releases: %+v, %v", info, err)
+	}
+}
+
+// A waiter whose context ends leaves the line and takes nothing.
+func (s suite) semWaitContextEnds(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	sem := s.client(t).Semaphore(name, 1)
+	p, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := s.client(t).Semaphore(name, 1).Acquire(short); !errors.Is(err, fencelock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire whose context ended: %v, want ErrNotObtained and DeadlineExceeded", err)
+	}
+	waitUntil(t, 10*time.Second, "the waiter whose context ended is still in line", func() bool {
+		info, err := sem.Inspect(ctx)
+		return err == nil && info.Waiting == 0
+	})
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire after the waiter left: %v", err)
+	}
+	_ = q.Release(ctx)
+}
+
+func (s suite) semBadInput(t *testing.T) {
+	ctx := bounded(t, 10*time.Second)
+	c := s.client(t)
+	for _, limit := range []int{0, -1} {
+		if _, err := c.Semaphore(s.name(t), limit).TryAcquire(ctx); !errors.Is(err, fencelock.ErrInvalid) {
+			t.Errorf("limit %d: %v, want ErrInvalid", limit, err)
+		}
+	}
+	if _, err := c.Semaphore("", 1).Acquire(ctx); !errors.Is(err, fencelock.ErrInvalid) {
+		t.Errorf("empty name: %v, want ErrInvalid", err)
+	}
+	var nilClient *fencelock.Client
+	if _, err := nilClient.Semaphore(s.name(t), 1).TryAcquire(ctx); !errors.Is(err, fencelock.ErrInvalid) {
+		t.Errorf("nil client: %v, want ErrInvalid", err)
+	}
+}

@@ -1,0 +1,37 @@
+-- Ends one hold of an owner's permit of a semaphore; when none is left, frees the permit and
+-- announces it to the waiters.
+-- KEYS[1] the permits, KEYS[2] the expiries (see sem.lua)
+-- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] 'SPUBLISH' on Cluster, 'PUBLISH' elsewhere,
+-- ARGV[4] how to count the listeners of a release (see announce)
+-- Returns the hold count left (0: the permit is free), -1 when the owner holds no permit. A
+-- hold released already leaves the count unchanged, so a retried release is harmless.
+local owner, hold = ARGV[1], ARGV[2]
+local now = sem_now()
+local at = tonumber(redis.call('ZSCORE', KEYS[2], owner) or '0')
+local mine = redis.call('HGET', KEYS[1], 'o:' .. owner)
+if at <= now or not mine then
+  sem_prune(KEYS[1], KEYS[2], now)
+  return -1
+end
+local p = sem_decode(mine)
+if not p then
+  return redis.error_reply(sem_foreign)
+end
+if hold ~= '' then
+  if not p.h[hold] then
+    return p.c
+  end
+  if p.c > 1 then
+    p.c = p.c - 1
+    p.h[hold] = nil
+    redis.call('HSET', KEYS[1], 'o:' .. owner, cjson.encode(p))
+    return p.c
+  end
+end
+redis.call('HDEL', KEYS[1], 'o:' .. owner)
+redis.call('ZREM', KEYS[2], owner)
+if redis.call('ZCARD', KEYS[2]) == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2])
+end
+announce(KEYS[1], ARGV[3], ARGV[4])
+return 0

@@ -1,0 +1,207 @@
+package redisbackend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/redislayer"
+	"github.com/fencelock/fencelock/internal/releasewatch"
+	"github.com/fencelock/fencelock/redisconn"
+)
+
+// A semaphore lives in keys of its own beside the lock of the same name, in the same hash slot
+// (see sem.lua): <prefix>{N}:s (the permits), :s:x (their expiries), :s:f (the fence counter),
+// :s:q and :s:qt (the line). Waiters wait first come, first served in the line, woken by a
+// message on <prefix>{N}:s:released when a permit is released; a permit whose holder died
+// frees when its expiry passes, and the first waiter in line takes it at its next attempt,
+// made by then. A waiter's place lapses min(TTL, 5s) after its last attempt, as in a lock's
+// line.
+
+// semKeys returns a semaphore's permits, expiries, fence counter, line and places' lapse times.
+func (b *Backend) semKeys(name string) []string {
+	base := b.Key(name) + ":s"
+	return []string{base, base + ":x", base + ":f", base + ":q", base + ":qt"}
+}
+
+// InspectSemaphore implements fencelock.Semaphores.
+func (b *Backend) InspectSemaphore(ctx context.Context, name string) (fencelock.SemaphoreInfo, error) {
+	if err := b.usable(name); err != nil {
+		return fencelock.SemaphoreInfo{}, err
+	}
+	v, err := redisconn.Slice(b.c.Eval(ctx, semInspectScript, b.semKeys(name)))
+	if err != nil {
+		return fencelock.SemaphoreInfo{}, redislayer.Classify(err)
+	}
+	info := fencelock.SemaphoreInfo{Name: name}
+	if len(v) < 3 || (len(v)-3)%3 != 0 {
+		return info, fmt.Errorf("%w: unexpected semaphore inspect reply %v", fencelock.ErrUnavailable, v)
+	}
+	limit, _ := v[0].(int64)
+	last, _ := v[1].(string)
+	waiting, _ := v[2].(int64)
+	info.Limit, info.Waiting = int(limit), int(waiting)
+	info.Token, _ = strconv.ParseInt(last, 10, 64)
+	for i := 3; i < len(v); i += 3 {
+		owner, _ := v[i].(string)
+		rec, _ := v[i+1].(string)
+		left, _ := v[i+2].(int64)
+		p, err := parsePermit(rec)
+		if err != nil {
+			return info, fmt.Errorf("%w: semaphore %q: permit of %q: %w", fencelock.ErrInvalid, name, owner, err)
+		}
+		info.Permits = append(info.Permits, fencelock.Info{Name: name, Held: true, Owner: owner, Count: p.Count,
+			Token: p.Token, Remaining: time.Duration(left) * time.Millisecond, Meta: p.Meta})
+	}
+	return info, nil
+}
+
+// permitRecord is a permit's record in the permits hash.
+type permitRecord struct {
+	Token int64
+	Count int
+	Meta  string
+}
+
+func parsePermit(rec string) (permitRecord, error) {
+	var raw struct {
+		T string `json:"t"`
+		C int    `json:"c"`
+		M string `json:"m"`
+	}
+	if err := json.Unmarshal([]byte(rec), &raw); err != nil {
+		return permitRecord{}, err
+	}
+	tok, err := strconv.ParseInt(raw.T, 10, 64)
+	if err != nil {
+		return permitRecord{}, fmt.Errorf("token %q: %w", raw.T, err)
+	}
+	return permitRecord{Token: tok, Count: raw.C, Meta: raw.M}, nil
+}
+
+// permitAttempt runs the acquire script once, taking a place in line that lives life when
+// life is positive: a grant and when the attempt was sent, or a *fencelock.HeldError.
+func (b *Backend) permitAttempt(ctx context.Context, req fencelock.Request, life time.Duration) (fencelock.Grant, time.Time, error) {
+	keys := b.semKeys(req.Name)
+	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, req.Limit, life.Milliseconds()}
+	sent := time.Now()
+	var reply []any
+	var err error
+	acked := -1
+	if b.replicas > 0 {
+		var v any
+		if v, acked, err = b.replicated(ctx, semAcquireScript, keys, args); err == nil {
+			reply, _ = v.([]any)
+		}
+	} else {
+		reply, err = redisconn.Slice(b.pipe.run(ctx, semAcquireScript, keys, args...))
+	}
+	if err != nil {
+		return fencelock.Grant{}, sent, b.failed(req, err)
+	}
+	res, ok := int64s(reply)
+	if !ok || len(reply) < 2 || (res[0] == 1 && len(reply) < 3) {
+		return fencelock.Grant{}, sent, fmt.Errorf("%w: unexpected semaphore acquire reply %v", fencelock.ErrUnavailable, reply)
+	}
+	switch res[0] {
+	case -1:
+		return fencelock.Grant{}, sent, &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: int(res[1])}
+	case 0:
+		return fencelock.Grant{}, sent, &fencelock.HeldError{Name: req.Name, Limit: req.Limit, Remaining: time.Duration(max(res[1], 0)) * time.Millisecond}
+	}
+	if acked >= 0 && acked < b.replicas {
+		return fencelock.Grant{}, sent, fmt.Errorf("%w: only %d of %d replicas acknowledged the permit within %v", fencelock.ErrUnavailable, acked, b.replicas, b.replicaTO)
+	}
+	return fencelock.Grant{Token: res[1], Count: int(res[2])}, sent, nil
+}
+
+// waitForPermit is AcquireQueued for a permit: attempts that keep the caller's place in line,
+// woken by releases, by the expiry of the first permit to expire, and in time to renew the
+// place.
+func (b *Backend) waitForPermit(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+	start := time.Now()
+	life := min(req.TTL, maxEntryLife)
+	g, sent, err := b.permitAttempt(ctx, req, life)
+	held, full := errors.AsType[*fencelock.HeldError](err)
+	if !full {
+		return b.permitWaited(ctx, req, g, start, sent, err)
+	}
+	// Subscribe, then attempt again once subscribed: a release before the subscription is
+	// seen by that attempt, and any release after it by the subscription.
+	channel := b.semKeys(req.Name)[0] + ":released"
+	w := releasewatch.NewWaiter()
+	ready, err := b.watch.Add(ctx, channel, w)
+	defer b.watch.Remove(channel, w)
+	if err != nil {
+		b.leavePermitLine(req)
+		return fencelock.Grant{}, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, channel, err)
+	}
+	timer := time.NewTimer(min(subscribeTimeout, waitFor(life, pttlOf(held))))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ready:
+			ready = nil
+		case <-w.Wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			b.leavePermitLine(req)
+			return fencelock.Grant{}, ctx.Err()
+		}
+		g, sent, err = b.permitAttempt(ctx, req, life)
+		if held, full = errors.AsType[*fencelock.HeldError](err); !full {
+			return b.permitWaited(ctx, req, g, start, sent, err)
+		}
+		timer.Reset(waitFor(life, pttlOf(held)))
+	}
+}
+
+// pttlOf is what waitFor wants of a full semaphore: the first permit's time left in ms, or -1
+// when a free permit is promised to a waiter ahead.
+func pttlOf(held *fencelock.HeldError) int64 {
+	if held.Remaining <= 0 {
+		return -1
+	}
+	return held.Remaining.Milliseconds()
+}
+
+// permitWaited finishes a wait whose last attempt, sent at sent, granted g or failed with err;
+// a failed attempt may have left the caller in line.
+func (b *Backend) permitWaited(ctx context.Context, req fencelock.Request, g fencelock.Grant, start, sent time.Time, err error) (fencelock.Grant, error) {
+	if err != nil {
+		if !errors.Is(err, fencelock.ErrInvalid) {
+			b.leavePermitLine(req)
+		}
+		return fencelock.Grant{}, err
+	}
+	g.Elapsed = sent.Sub(start)
+	return g, nil
+}
+
+// leavePermitLine takes the caller out of a semaphore's line, in the background: the caller's
+// context may be what ended the wait. A leave that fails leaves a place that lapses within
+// min(TTL, 5s), like a dead waiter's.
+func (b *Backend) leavePermitLine(req fencelock.Request) {
+	keys := b.semKeys(req.Name)[3:]
+	b.bg.later(func(ctx context.Context) {
+		_, _ = b.c.Eval(ctx, semLeaveScript, keys, req.Owner)
+	})
+}
+
+// releasePermit is release for a permit.
+func (b *Backend) releasePermit(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+	n, err := redisconn.Int64(b.pipe.run(ctx, semReleaseScript, b.semKeys(lease.Name)[:2], lease.Owner, hold, b.announce.Publish, b.announce.Count))
+	switch {
+	case err != nil:
+		return 0, redislayer.Classify(err)
+	case n < 0:
+		return 0, fmt.Errorf("%w: no permit of semaphore %q is held by this owner in Redis", fencelock.ErrNotHeld, lease.Name)
+	}
+	return int(n), nil
+}
+
+var _ fencelock.Semaphores = (*Backend)(nil)
