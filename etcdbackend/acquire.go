@@ -42,7 +42,11 @@ func (b *Backend) acquire(ctx context.Context, req fencelock.Request, queue bool
 			b.resume(suspended)
 			return fencelock.Grant{}, err
 		}
-		g, err := b.enqueue(ctx, s, req, queue, start)
+		enqueue := b.enqueue
+		if req.Limit > 0 {
+			enqueue = b.enqueuePermit
+		}
+		g, err := enqueue(ctx, s, req, queue, start)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
 			// The lease expired between the lookup and the put: take a new one.
 			b.dropSession(s)
@@ -118,16 +122,16 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 			return fencelock.Grant{}, err
 		}
 	}
-	return b.reenter(ctx, req, key, mine[0], start, sent)
+	return b.reenter(ctx, req, b.place(req.Name, req.Owner, 0), mine[0], start, sent)
 }
 
-// reenter adds req's hold to the owner's key, unless a retried acquisition added it already.
-// The key stays on the lease it was made with, which may be of another TTL, or another
-// Backend's: the grant's validity is that lease's.
-func (b *Backend) reenter(ctx context.Context, req fencelock.Request, key string, kv *mvccpb.KeyValue, start, sent time.Time) (fencelock.Grant, error) {
-	hold := req.Hold
+// reenter adds req's hold to the owner's key at p, unless a retried acquisition added it
+// already. The key stays on the lease it was made with, which may be of another TTL, or
+// another Backend's: the grant's validity is that lease's.
+func (b *Backend) reenter(ctx context.Context, req fencelock.Request, p place, kv *mvccpb.KeyValue, start, sent time.Time) (fencelock.Grant, error) {
+	hold, key := req.Hold, p.key
 	for {
-		h, err := decodeHolds(kv.Value)
+		h, err := p.holds(kv.Value)
 		if err != nil {
 			return fencelock.Grant{}, err
 		}
@@ -139,7 +143,7 @@ func (b *Backend) reenter(ctx context.Context, req fencelock.Request, key string
 		resp, err := b.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
 				clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
-			Then(clientv3.OpPut(key, h.encode(), clientv3.WithIgnoreLease())).
+			Then(clientv3.OpPut(key, p.value(h), clientv3.WithIgnoreLease())).
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
@@ -176,7 +180,7 @@ func held(name string) error { return &fencelock.HeldError{Name: name} }
 // leave takes a waiter's hold, in the key made at rev, out of line: under ctx while it lasts,
 // else, or when that fails, by the settler at once, so that the caller returns by its deadline.
 func (b *Backend) leave(ctx context.Context, req fencelock.Request, rev int64) {
-	lease := fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}
+	lease := fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}
 	if ctx.Err() == nil {
 		_, err := b.release(ctx, lease, req.Hold, rev)
 		if err == nil || errors.Is(err, fencelock.ErrNotHeld) || errors.Is(err, fencelock.ErrInvalid) {

@@ -12,7 +12,7 @@ import (
 
 func TestConformance(t *testing.T) {
 	admin, cli := newBackend(t, etcd)
-	fencelocktest.Run(t, fencelocktest.Target{
+	target := fencelocktest.Target{
 		New: func(t *testing.T) fencelock.Backend {
 			b, _ := newBackend(t, etcd)
 			return b
@@ -28,7 +28,15 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-	})
+		DropPermit: func(t *testing.T, name, owner string) {
+			if resp, err := cli.Delete(context.Background(), admin.PermitKey(name, owner)); err != nil || resp.Deleted != 1 {
+				t.Fatalf("drop the permit of %q of %q: %v, %v", owner, name, resp, err)
+			}
+		},
+	}
+	fencelocktest.Run(t, target)
+	t.Run("Semaphore", func(t *testing.T) { fencelocktest.RunSemaphore(t, target) })
+	t.Run("Election", func(t *testing.T) { fencelocktest.RunElection(t, target) })
 }
 
 var _ = etcdbackend.New

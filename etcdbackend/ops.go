@@ -36,7 +36,7 @@ func (b *Backend) renewBatch(ctx context.Context, begin time.Time, batch []fence
 	ops := make([]clientv3.Op, 0, len(batch))
 	for i, l := range batch {
 		if out[i].Err = b.usable(l.Name); out[i].Err == nil {
-			ops = append(ops, clientv3.OpGet(b.Key(l.Name, l.Owner)))
+			ops = append(ops, clientv3.OpGet(b.place(l.Name, l.Owner, l.Limit).key))
 		}
 	}
 	if len(ops) == 0 {
@@ -96,9 +96,10 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 
 // release takes hold out of the owner's key, the key made at revision rev when rev is not 0.
 func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold string, rev int64) (int, error) {
-	key := b.Key(lease.Name, lease.Owner)
-	deleteKey := []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(b.metaKey(lease.Name, lease.Owner))}
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", holds{hold}.encode())}
+	p := b.place(lease.Name, lease.Owner, lease.Limit)
+	key := p.key
+	deleteKey := []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(p.meta)}
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", p.value(holds{hold}))}
 	if rev != 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", rev))
 	}
@@ -112,11 +113,14 @@ func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold strin
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || (rev != 0 && kvs[0].CreateRevision != rev) {
+			if lease.Limit > 0 {
+				return 0, fmt.Errorf("%w: no permit of semaphore %q is held by this owner in etcd", fencelock.ErrNotHeld, lease.Name)
+			}
 			return 0, fmt.Errorf("%w: %q is not held by this owner in etcd", fencelock.ErrNotHeld, lease.Name)
 		}
 		kv := kvs[0]
 		// Not err: the rewrite below must set the err that the top of the loop reads.
-		h, derr := decodeHolds(kv.Value)
+		h, derr := p.holds(kv.Value)
 		if derr != nil {
 			return 0, derr
 		}
@@ -126,7 +130,7 @@ func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold strin
 		rest := h.without(hold)
 		ops := deleteKey
 		if len(rest) > 0 {
-			ops = []clientv3.Op{clientv3.OpPut(key, rest.encode(), clientv3.WithIgnoreLease())}
+			ops = []clientv3.Op{clientv3.OpPut(key, p.value(rest), clientv3.WithIgnoreLease())}
 		}
 		resp, err = b.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),

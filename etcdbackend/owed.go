@@ -30,7 +30,7 @@ type owed struct {
 }
 
 func (o owed) of(req fencelock.Request) bool {
-	return o.lease.Name == req.Name && o.lease.Owner == req.Owner && o.hold == req.Hold
+	return o.lease.Name == req.Name && o.lease.Owner == req.Owner && o.hold == req.Hold && (o.lease.Limit > 0) == (req.Limit > 0)
 }
 
 func (b *Backend) owe(o owed) {

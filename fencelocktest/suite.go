@@ -23,6 +23,9 @@ type Target struct {
 	// Drop removes the lock name from the store behind its holder's back, as an operator, an
 	// eviction or an expired session would.
 	Drop func(t *testing.T, name string)
+	// DropPermit removes owner's permit of the semaphore name from the store behind its
+	// holder's back; the semaphore suite skips what needs it when it is nil.
+	DropPermit func(t *testing.T, name, owner string)
 }
 
 // Run runs the suite as subtests of t.

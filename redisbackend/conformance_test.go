@@ -39,9 +39,19 @@ func TestConformance(t *testing.T) {
 						t.Fatal(err)
 					}
 				},
+				DropPermit: func(t *testing.T, name, owner string) {
+					ctx, key := context.Background(), redisbackend.New(rdb).Key(name)
+					if err := rdb.HDel(ctx, key+":s", "o:"+owner).Err(); err != nil {
+						t.Fatal(err)
+					}
+					if err := rdb.ZRem(ctx, key+":s:x", owner).Err(); err != nil {
+						t.Fatal(err)
+					}
+				},
 			}
 			fencelocktest.Run(t, target)
 			t.Run("Semaphore", func(t *testing.T) { fencelocktest.RunSemaphore(t, target) })
+			t.Run("Election", func(t *testing.T) { fencelocktest.RunElection(t, target) })
 		})
 	}
 }

@@ -2,7 +2,8 @@
 --   the permits, a hash {limit, o:<owner> per permit held: cjson {t = token (decimal), c = hold
 --   count, h = {<hold id> = 1, ...}, m = meta}},
 --   the expiries, a sorted set of the owners of permits, scored by when each permit expires
---   (server clock, ms).
+--   (server clock, ms): a millisecond past its TTL, so that a permit is never counted out
+--   before the holder's deadline, which counts from a send before the script ran.
 -- A permit is held while its expiry is in the future; both keys live as long as the longest-
 -- lived permit, and no longer. Waiters wait in a line of two more keys, as the lock's line
 -- does: a sorted set of owners scored in order of arrival, and a hash owner -> when the place

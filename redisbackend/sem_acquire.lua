@@ -90,4 +90,4 @@ if free > 0 then
   return {0, -1}
 end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2]
-return {0, math.max(tonumber(first) - now, 0)}
+return {0, math.max(tonumber(first) - now - 1, 0)}

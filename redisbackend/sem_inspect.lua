@@ -17,7 +17,7 @@ for i = 1, #held, 2 do
   if rec then
     table.insert(out, held[i])
     table.insert(out, rec)
-    table.insert(out, tonumber(held[i + 1]) - now)
+    table.insert(out, math.max(tonumber(held[i + 1]) - now - 1, 0))
   end
 end
 if #out == 3 then
