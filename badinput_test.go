@@ -184,6 +184,20 @@ func TestBadInput(t *testing.T) {
 				}
 				return err
 			}},
+		{name: "election with a nil client", want: fencelock.ErrInvalid,
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				var c *fencelock.Client
+				if _, err := c.Election(name).Observe(ctx); !errors.Is(err, fencelock.ErrInvalid) {
+					t.Errorf("Observe: %v", err)
+				}
+				_, err := c.Election(name).Campaign(ctx, "v")
+				return err
+			}},
+		{name: "election value over MaxMetadata", want: fencelock.ErrInvalid,
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				_, err := newLocker(t, rdb).Election(name).Campaign(ctx, strings.Repeat("v", fencelock.MaxMetadata+1))
+				return err
+			}},
 		{name: "NOSCRIPT after SCRIPT FLUSH reloads", want: nil,
 			setup: func(t *testing.T, rdb *redis.Client, key string) {
 				rdb.ScriptFlush(context.Background())

@@ -140,3 +140,26 @@ func ExampleSemaphore() {
 	// tokens increase: true
 	// third permit not obtained: true
 }
+
+func ExampleElection_Lead() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locker := fencelock.New(redisbackend.New(rdb))
+	defer locker.Close()
+
+	// One instance of many runs the scheduler; when it loses its term, another one leads.
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	scheduler := locker.Election("scheduler", fencelock.WithTTL(10*time.Second))
+	err := scheduler.Lead(ctx, "host-a", func(ctx context.Context, term int64) error {
+		leader, _ := scheduler.Leader(ctx)
+		fmt.Println("leading:", leader.Value, "in term", term == leader.Term)
+		// Run until ctx ends (the term was lost, or Lead's context ended); pass term to the
+		// store with every write, so that an old leader's writes are refused.
+		return nil // the work is done: Lead resigns and returns
+	})
+	fmt.Println("done:", err)
+	// Output:
+	// leading: host-a in term true
+	// done: <nil>
+}

@@ -50,7 +50,7 @@ func (c *Client) obtain(ctx context.Context, name string, limit int, wait bool, 
 	r.owner = r.s.owner
 	if r.owner == "" {
 		// A permit's context is no way back into it: each Acquire takes a permit of its own.
-		if h := heldState(ctx, c, name); h != nil && limit == 0 {
+		if h := heldState(ctx, c, name); h != nil && limit == 0 && !r.s.fresh {
 			r.owner = h.owner
 		} else {
 			r.owner, r.fresh = newOwner(), true

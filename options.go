@@ -29,6 +29,7 @@ type settings struct {
 	waitTimeout time.Duration
 	hasWait     bool
 	meta        string
+	fresh       bool // an owner of its own, never a context's lock re-entered (Campaign)
 }
 
 // MaxMetadata bounds what WithMetadata publishes: it travels with every first acquisition.

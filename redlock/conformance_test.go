@@ -15,7 +15,7 @@ import (
 func TestConformance(t *testing.T) {
 	admin := dial(t, addrs)
 	key := newBackend(t, admin).Key
-	fencelocktest.Run(t, fencelocktest.Target{
+	target := fencelocktest.Target{
 		// The default node timeout for a 1s TTL is 50ms; a busy test machine can exceed that
 		// on a majority of nodes, which is not what the suite is about.
 		New: func(t *testing.T) fencelock.Backend {
@@ -29,5 +29,7 @@ func TestConformance(t *testing.T) {
 				}
 			}
 		},
-	})
+	}
+	fencelocktest.Run(t, target)
+	t.Run("Election", func(t *testing.T) { fencelocktest.RunElection(t, target) })
 }

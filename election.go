@@ -1,0 +1,185 @@
+package fencelock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Election is a leader election on the lock of its name, on any backend: the leader is the
+// lock's holder, its term is the lock's fencing token (a store that fences with it refuses an
+// old leader's writes), and the value it campaigned with is published with the lock
+// (WithMetadata), for Leader and Observe to read. Leadership has everything a Lock has: the
+// watchdog, a context that ends the moment it is lost, and a term that only grows.
+type Election struct {
+	c    *Client
+	name string
+	opts []Option
+}
+
+// Election returns the election name. opts apply to every Campaign (WithTTL, WithWatchdog...);
+// WithOwner and WithMetadata are the election's to set, and are ignored.
+func (c *Client) Election(name string, opts ...Option) *Election {
+	return &Election{c: c, name: name, opts: opts}
+}
+
+// Leadership is a term of office won by Campaign.
+type Leadership struct {
+	lock  *Lock
+	value string
+}
+
+// Leader is who leads an election, as its backend sees it.
+type Leader struct {
+	// Elected says whether anyone leads; the other fields are zero when no one does.
+	Elected bool
+	// Term is the leader's term: its lock's fencing token.
+	Term int64
+	// Value is what the leader campaigned with.
+	Value string
+	// Owner is the owner ID of the leader's lock.
+	Owner string
+	// Remaining is the leader's lock's time to live, as the backend reported it.
+	Remaining time.Duration
+}
+
+// Campaign waits until this caller leads, or ctx ends; value is published as the leader's, up
+// to MaxMetadata bytes. Contenders are served first come, first served on a backend that keeps
+// a line (Redis, etcd, ZooKeeper). A Campaign whose context ends leaves nothing behind: the
+// error matches ErrNotObtained and ctx.Err(). A leadership won in a store but known too late to
+// be trusted (it may have lapsed meanwhile) is given up, never returned.
+func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
+	opts := append(append([]Option{}, e.opts...), WithMetadata(value), func(s *settings) { s.owner, s.fresh = "", true })
+	lock, err := e.c.obtain(ctx, e.name, 0, true, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Leadership{lock: lock, value: value}, nil
+}
+
+// Context returns a context that ends when the leadership ends: lost (its cause matches
+// ErrLost), resigned, or the Client closed. It carries the values of Campaign's context.
+func (l *Leadership) Context() context.Context { return l.lock.Context() }
+
+// Term returns the term: the fencing token of the leadership's lock.
+func (l *Leadership) Term() int64 { return l.lock.Token() }
+
+// Value returns what the leader campaigned with.
+func (l *Leadership) Value() string { return l.value }
+
+// Valid reports whether the leadership can still be trusted, as Lock.Valid does.
+func (l *Leadership) Valid() error { return l.lock.Valid() }
+
+// Lock returns the leadership's lock, for what a Lock offers beyond Leadership (Refresh,
+// ValidUntil).
+func (l *Leadership) Lock() *Lock { return l.lock }
+
+// Resign ends the leadership, as Lock.Release ends a lock: the next contender in line leads
+// next. A Resign whose outcome is unknown is retried in the background with the same hold, so
+// a failed request never leaves a leader behind for longer than its TTL.
+func (l *Leadership) Resign(ctx context.Context) error { return l.lock.Release(ctx) }
+
+// Leader reads who leads now.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	info, err := e.c.Inspect(ctx, e.name)
+	if err != nil || !info.Held {
+		return Leader{}, err
+	}
+	return Leader{Elected: true, Term: info.Token, Value: info.Meta, Owner: info.Owner, Remaining: info.Remaining}, nil
+}
+
+// ObserveInterval is how often Observe looks when nothing wakes it sooner.
+const ObserveInterval = 250 * time.Millisecond
+
+// Observe sends who leads now, and then each change it sees — a new term, or no leader — until
+// ctx ends, when it closes the channel. It looks again when the backend announces a release
+// (Redis), when the leader's TTL runs out, and every ObserveInterval; a change between two
+// looks is seen at the next one, and a term that began and ended between two looks is not
+// reported. A failure to read sends nothing and is tried again; it never ends the stream.
+// Observe fails only when the call itself is unusable (a nil Client or context, an empty name).
+func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
+	if err := e.c.check(ctx, e.name); err != nil {
+		return nil, err
+	}
+	out := make(chan Leader, 1)
+	go func() {
+		defer close(out)
+		var released <-chan struct{}
+		if e.c.watcher != nil {
+			if ch, stop, err := e.c.watcher.WatchRelease(ctx, e.name); err == nil {
+				defer stop()
+				released = ch
+			}
+		}
+		timer := time.NewTimer(0)
+		defer timer.Stop()
+		last, sent := Leader{}, false
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-released:
+			case <-timer.C:
+			}
+			next := ObserveInterval
+			l, err := e.Leader(ctx)
+			if err == nil {
+				if !sent || l.Elected != last.Elected || l.Term != last.Term {
+					select {
+					case out <- l:
+					case <-ctx.Done():
+						return
+					}
+					last, sent = l, true
+				}
+				if l.Remaining > 0 {
+					next = min(next, l.Remaining+time.Millisecond)
+				}
+			}
+			timer.Reset(next)
+		}
+	}()
+	return out, nil
+}
+
+// Lead runs fn while this caller leads, and campaigns again whenever a term is lost, until ctx
+// ends: the shape of a daemon where one instance of many does the work. fn gets the term's
+// context, which ends when the term is lost or ctx ends, and the term. Lead resigns after
+// every term. It returns ctx's error when ctx ends, and fn's return when fn returned while it
+// still led: nil for work that is done, an error for work that failed. A failure to campaign
+// that may pass (the backend out of reach) is retried.
+func (e *Election) Lead(ctx context.Context, value string, fn func(ctx context.Context, term int64) error) error {
+	if fn == nil {
+		return invalidf("nil function")
+	}
+	for failures := 0; ; {
+		l, err := e.Campaign(ctx, value)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
+			return err
+		case err != nil:
+			if !pause(ctx, backoff(failures)) {
+				return ctx.Err()
+			}
+			failures++
+			continue
+		}
+		failures = 0
+		tctx, cancel := context.WithCancel(l.Context())
+		stop := context.AfterFunc(ctx, cancel)
+		ferr := fn(tctx, l.Term())
+		stop()
+		cancel()
+		lost := l.lock.lostErr()
+		_ = l.Resign(context.WithoutCancel(ctx))
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case lost == nil:
+			return ferr
+		}
+		// Lost: campaign again.
+	}
+}

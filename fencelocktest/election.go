@@ -1,0 +1,277 @@
+package fencelocktest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// RunElection runs the election suite as subtests of t. It uses Target.Drop.
+func RunElection(t *testing.T, target Target) {
+	s := suite{Target: target}
+	t.Run("OneLeaderAndTermsIncrease", s.electOneLeader)
+	t.Run("CampaignContextEndsLeavesNothing", s.electCampaignContextEnds)
+	t.Run("CampaignFromALeadersContextIsANewContender", s.electNoReentry)
+	t.Run("ObserveSeesEachChange", s.electObserve)
+	t.Run("LossEndsLeadership", s.electLoss)
+	t.Run("LeadCampaignsAgainAfterLoss", s.electLeadAgain)
+	t.Run("LeadReturnsWhatFnReturns", s.electLeadReturns)
+}
+
+// One contender leads at a time; the next one leads when it resigns, with a greater term, and
+// Leader says who leads with what value.
+func (s suite) electOneLeader(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	a, b := s.client(t).Election(name), s.client(t).Election(name)
+	first, err := a.Campaign(ctx, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	won := make(chan *fencelock.Leadership, 1)
+	errs := make(chan error, 1)
+	go func() {
+		l, err := b.Campaign(ctx, "host-b")
+		if err != nil {
+			errs <- err
+			return
+		}
+		won <- l
+	}()
+	leader, err := b.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !leader.Elected || leader.Term != first.Term() || leader.Value != "host-a" {
+		t.Fatalf("Leader while host-a leads: %+v, want term %d and host-a", leader, first.Term())
+	}
+	select {
+	case l := <-won:
+		t.Fatalf("host-b was elected (term %d) while host-a led (term %d)", l.Term(), first.Term())
+	case err := <-errs:
+		t.Fatal(err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := first.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if first.Context().Err() == nil {
+		t.Fatal("a resigned leadership's context is still open")
+	}
+	var second *fencelock.Leadership
+	select {
+	case second = <-won:
+	case err := <-errs:
+		t.Fatal(err)
+	case <-ctx.Done():
+		t.Fatal("host-b was never elected after host-a resigned")
+	}
+	if second.Term() <= first.Term() {
+		t.Fatalf("term %d after term %d", second.Term(), first.Term())
+	}
+	if leader, err := a.Leader(ctx); err != nil || leader.Term != second.Term() || leader.Value != "host-b" {
+		t.Fatalf("Leader after the hand-over: %+v, %v", leader, err)
+	}
+	if err := second.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if leader, err := a.Leader(ctx); err != nil || leader.Elected {
+		t.Fatalf("Leader after every resignation: %+v, %v", leader, err)
+	}
+}
+
+// A Campaign whose context ends fails as a wait does, and leaves no key behind to lead later.
+func (s suite) electCampaignContextEnds(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	e := s.client(t).Election(name)
+	first, err := e.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := s.client(t).Election(name).Campaign(short, "b"); !errors.Is(err, fencelock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a Campaign whose context ended: %v, want ErrNotObtained and DeadlineExceeded", err)
+	}
+	if err := first.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 3*s.TTL, "a leader after the only leader resigned", func() bool {
+		l, err := e.Leader(ctx)
+		return err == nil && !l.Elected
+	})
+}
+
+// A Campaign made under a leader's context does not re-enter its lock: it is a contender of
+// its own, which waits.
+func (s suite) electNoReentry(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	e := s.client(t).Election(s.name(t))
+	first, err := e.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Resign(ctx)
+	inner, cancel := context.WithTimeout(first.Context(), 200*time.Millisecond)
+	defer cancel()
+	if l, err := e.Campaign(inner, "b"); err == nil {
+		t.Fatalf("a Campaign under the leader's context won term %d while term %d led", l.Term(), first.Term())
+	}
+}
+
+// Observe sends the leader at once, then each change: a new leader, no leader.
+func (s suite) electObserve(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	c := s.client(t)
+	octx, stop := context.WithCancel(ctx)
+	seen, err := c.Election(name).Observe(octx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string) fencelock.Leader {
+		t.Helper()
+		select {
+		case l, ok := <-seen:
+			if !ok {
+				t.Fatalf("Observe closed before %s", what)
+			}
+			return l
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Observe sent nothing for 10s, waiting for %s", what)
+		}
+		return fencelock.Leader{}
+	}
+	if l := next("the first look"); l.Elected {
+		t.Fatalf("Observe's first look at a new election: %+v", l)
+	}
+	a, err := s.client(t).Election(name).Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := next("a's term"); !l.Elected || l.Term != a.Term() || l.Value != "a" {
+		t.Fatalf("Observe after a was elected: %+v, want term %d", l, a.Term())
+	}
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := next("no leader"); l.Elected {
+		t.Fatalf("Observe after a resigned: %+v, want no leader", l)
+	}
+	b, err := s.client(t).Election(name).Campaign(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Resign(ctx)
+	if l := next("b's term"); !l.Elected || l.Term != b.Term() || l.Value != "b" {
+		t.Fatalf("Observe after b was elected: %+v, want term %d", l, b.Term())
+	}
+	stop()
+	for range seen { // closes once its context ended
+	}
+}
+
+// A leadership whose lock is removed behind its back ends its context with ErrLost, and
+// another contender leads with a greater term.
+func (s suite) electLoss(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	first, err := s.client(t).Election(name).Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Drop(t, name)
+	select {
+	case <-first.Context().Done():
+	case <-time.After(3 * s.TTL):
+		t.Fatalf("the leadership's context was still open %v after its lock was removed", 3*s.TTL)
+	}
+	if !errors.Is(context.Cause(first.Context()), fencelock.ErrLost) || first.Valid() == nil {
+		t.Fatalf("a lost leadership: cause %v, Valid %v", context.Cause(first.Context()), first.Valid())
+	}
+	second, err := s.client(t).Election(name).Campaign(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Resign(ctx)
+	if second.Term() <= first.Term() {
+		t.Fatalf("term %d after the lost term %d", second.Term(), first.Term())
+	}
+}
+
+// Lead runs fn for each term, and campaigns again after a lost one.
+func (s suite) electLeadAgain(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	var terms []int64
+	started := make(chan struct{}, 4)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.client(t).Election(name).Lead(lctx, "daemon", func(ctx context.Context, term int64) error {
+			mu.Lock()
+			terms = append(terms, term)
+			mu.Unlock()
+			started <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	}()
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-started:
+		case err := <-done:
+			t.Fatalf("Lead returned %v, waiting for %s", err, what)
+		case <-time.After(5 * s.TTL):
+			t.Fatalf("no term began, waiting for %s", what)
+		}
+	}
+	wait("the first term")
+	s.Drop(t, name)
+	wait("a term after the first was lost")
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Lead after its context ended: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lead did not return after its context ended")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(terms) != 2 || terms[1] <= terms[0] {
+		t.Fatalf("terms %v, want two, increasing", terms)
+	}
+	if l, err := s.client(t).Election(name).Leader(ctx); err != nil || l.Elected {
+		t.Fatalf("Leader after Lead returned: %+v, %v", l, err)
+	}
+}
+
+// Lead returns what fn returns while it leads, and resigns.
+func (s suite) electLeadReturns(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	e := s.client(t).Election(name)
+	failed := errors.New("the work failed")
+	if err := e.Lead(ctx, "once", func(context.Context, int64) error { return failed }); !errors.Is(err, failed) {
+		t.Fatalf("Lead: %v, want fn's error", err)
+	}
+	if err := e.Lead(ctx, "once", func(context.Context, int64) error { return nil }); err != nil {
+		t.Fatalf("Lead of work that is done: %v", err)
+	}
+	if l, err := e.Leader(ctx); err != nil || l.Elected {
+		t.Fatalf("Leader after Lead returned: %+v, %v", l, err)
+	}
+	if err := e.Lead(ctx, "x", nil); !errors.Is(err, fencelock.ErrInvalid) {
+		t.Fatalf("Lead with a nil function: %v, want ErrInvalid", err)
+	}
+}
