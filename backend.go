@@ -80,6 +80,8 @@ type SemaphoreInfo struct {
 	Name string
 	// Limit is the number of permits the holders agreed on; 0 when none is held.
 	Limit int
+	// InUse is how many permits the holders take (each holder takes Info.Weight).
+	InUse int
 	// Permits are the permits held, one Info each (Owner, Count, Token, Remaining, Meta), the
 	// first to expire first.
 	Permits []Info
@@ -120,6 +122,11 @@ type Request struct {
 	// Limit, when positive, makes the request one for a permit of the semaphore Name, of Limit
 	// permits (see Semaphores); zero asks for the lock Name.
 	Limit int
+	// Weight is how many of the Limit permits the request takes, at least 1 (0 means 1). A
+	// re-entry by the owner may ask for as many as its permit takes or fewer, never more: the
+	// backend then fails with an error matching ErrUpgrade. The permit takes as many as the
+	// largest of its holds asked for, so that releasing the largest gives the difference back.
+	Weight int
 	// Renewed says the Client renews the lock while it is held (the watchdog is on). A Queue
 	// may then hand the lock to a waiter for less than TTL, saying so in Grant.Validity: the
 	// first renewal extends it, and a waiter that died in line holds it only that long.
@@ -210,4 +217,6 @@ type Info struct {
 	Remaining time.Duration
 	// Meta is what the holder published about itself (WithMetadata), if anything.
 	Meta string
+	// Weight is, for a permit of a semaphore, how many permits its holder takes; 0 for a lock.
+	Weight int
 }

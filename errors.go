@@ -35,6 +35,12 @@ var (
 
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("fencelock: client closed")
+
+	// ErrUpgrade means a holder asked, under its own hold, for more than it holds: a write lock
+	// while it holds a read lock of the same RWLock, or more permits of a semaphore than its
+	// permit takes. It is refused at once, never waited for: two readers that both waited to
+	// upgrade would wait for each other forever. It matches ErrInvalid.
+	ErrUpgrade = fmt.Errorf("%w: no upgrade: a holder may not take more under its hold than it holds", ErrInvalid)
 )
 
 // HeldError is returned by a backend's Acquire when another owner holds the lock. It matches

@@ -163,3 +163,35 @@ func ExampleElection_Lead() {
 	// leading: host-a in term true
 	// done: <nil>
 }
+
+func ExampleRWLock() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locker := fencelock.New(redisbackend.New(rdb))
+	defer locker.Close()
+
+	catalog := locker.RWLock("catalog")
+	w, err := catalog.Lock(ctx) // alone: no reader, no other writer
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Downgrade: a read lock under the write lock, then the write lock goes; no writer that
+	// waited meanwhile gets in between.
+	r, err := catalog.RLock(w.Context())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = w.Release(ctx)
+	_, err = catalog.Lock(r.Context()) // an upgrade is refused at once
+	fmt.Println("upgrade refused:", errors.Is(err, fencelock.ErrUpgrade))
+	other, err := catalog.TryRLock(ctx) // readers share
+	fmt.Println("another reader:", err == nil)
+	_ = other.Release(ctx)
+	_ = r.Release(ctx)
+	// Output:
+	// upgrade refused: true
+	// another reader: true
+}

@@ -38,6 +38,9 @@ func (c *Client) obtain(ctx context.Context, name string, limit int, wait bool, 
 	if err := r.s.validate(); err != nil {
 		return nil, err
 	}
+	if limit > 0 && (r.s.weight < 0 || r.s.weight > limit) {
+		return nil, invalidf("semaphore %q: weight %d: want 1 to the limit, %d", name, r.s.weight, limit)
+	}
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
@@ -49,8 +52,9 @@ func (c *Client) obtain(ctx context.Context, name string, limit int, wait bool, 
 	}
 	r.owner = r.s.owner
 	if r.owner == "" {
-		// A permit's context is no way back into it: each Acquire takes a permit of its own.
-		if h := heldState(ctx, c, name); h != nil && limit == 0 && !r.s.fresh {
+		// A permit's context is no way back into it, but for an RWLock's: each Acquire takes
+		// a permit of its own.
+		if h := heldState(ctx, c, name); h != nil && h.limit == limit && (limit == 0 || r.s.reenter) && !r.s.fresh {
 			r.owner = h.owner
 		} else {
 			r.owner, r.fresh = newOwner(), true
@@ -154,7 +158,7 @@ func (c *Client) attempt(ctx context.Context, r *request, queue Queue) (*Lock, e
 		var buf [32]byte
 		hold = string(strconv.AppendUint(append(buf[:0], c.holdPrefix...), c.holdSeq.Add(1), 36))
 	}
-	req := Request{Name: r.name, Owner: r.owner, Hold: hold, TTL: r.s.ttl, Meta: r.s.meta, Renewed: !r.s.noWatchdog, Limit: r.limit}
+	req := Request{Name: r.name, Owner: r.owner, Hold: hold, TTL: r.s.ttl, Meta: r.s.meta, Renewed: !r.s.noWatchdog, Limit: r.limit, Weight: r.s.weight}
 	start := c.now()
 	var g Grant
 	var err error

@@ -30,7 +30,13 @@ type settings struct {
 	hasWait     bool
 	meta        string
 	fresh       bool // an owner of its own, never a context's lock re-entered (Campaign)
+	weight      int  // the permits a semaphore's Acquire takes; 0 for 1
+	reenter     bool // a permit may be re-entered through its context (RWLock)
 }
+
+// WithWeight makes a semaphore's Acquire take n of its permits at once. Default: 1. A lock
+// ignores it.
+func WithWeight(n int) Option { return func(s *settings) { s.weight = n } }
 
 // MaxMetadata bounds what WithMetadata publishes: it travels with every first acquisition.
 const MaxMetadata = 1024

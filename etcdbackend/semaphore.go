@@ -80,6 +80,9 @@ func decodePermit(v []byte) (int, holds, error) {
 // and reads in the same transaction the first req.Limit keys, oldest first, which hold the
 // permits.
 func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.Request, queue bool, start time.Time) (fencelock.Grant, error) {
+	if req.Weight > 1 {
+		return fencelock.Grant{}, fmt.Errorf("%w: %q: the etcd backend takes one permit at a time; WithWeight and an RWLock's write lock need the Redis backend", fencelock.ErrInvalid, req.Name)
+	}
 	p := b.place(req.Name, req.Owner, req.Limit)
 	pfx := b.semPrefix(req.Name)
 	first := clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(req.Limit)))

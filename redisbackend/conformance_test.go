@@ -52,6 +52,7 @@ func TestConformance(t *testing.T) {
 			fencelocktest.Run(t, target)
 			t.Run("Semaphore", func(t *testing.T) { fencelocktest.RunSemaphore(t, target) })
 			t.Run("Election", func(t *testing.T) { fencelocktest.RunElection(t, target) })
+			t.Run("RWLock", func(t *testing.T) { fencelocktest.RunRWLock(t, target) })
 		})
 	}
 }

@@ -1,13 +1,15 @@
 -- The functions of the semaphore scripts. A semaphore is kept in two keys of one hash tag:
---   the permits, a hash {limit, o:<owner> per permit held: cjson {t = token (decimal), c = hold
---   count, h = {<hold id> = 1, ...}, m = meta}},
+--   the permits, a hash {limit, used = the permits taken, o:<owner> per holder: cjson {t =
+--   token (decimal), c = hold count, w = the permits it takes, h = {<hold id, '-' for none> =
+--   the permits that hold asked for, ...}, m = meta}}; a holder takes as many permits as the
+--   largest of its holds asked for,
 --   the expiries, a sorted set of the owners of permits, scored by when each permit expires
 --   (server clock, ms): a millisecond past its TTL, so that a permit is never counted out
 --   before the holder's deadline, which counts from a send before the script ran.
 -- A permit is held while its expiry is in the future; both keys live as long as the longest-
 -- lived permit, and no longer. Waiters wait in a line of two more keys, as the lock's line
--- does: a sorted set of owners scored in order of arrival, and a hash owner -> when the place
--- lapses unless renewed (ms).
+-- does: a sorted set of owners scored in order of arrival, and a hash owner -> '<when the place
+-- lapses unless renewed (ms)> <the permits it asks for>'.
 
 -- sem_now returns the server clock in ms.
 local function sem_now()
@@ -15,13 +17,41 @@ local function sem_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- sem_drop removes owner's permit, of record rec (nil when it has none), from the permits and
+-- the expiries, and gives back what it took.
+local function sem_drop(permits, expiries, owner, rec)
+  if rec then
+    local ok, p = pcall(cjson.decode, rec)
+    local w = ok and type(p) == 'table' and tonumber(p.w) or 1
+    redis.call('HINCRBY', permits, 'used', -w)
+    redis.call('HDEL', permits, 'o:' .. owner)
+  end
+  redis.call('ZREM', expiries, owner)
+end
+
 -- sem_prune removes the permits that expired by now.
 local function sem_prune(permits, expiries, now)
   local dead = redis.call('ZRANGEBYSCORE', expiries, '-inf', now)
   for _, o in ipairs(dead) do
-    redis.call('HDEL', permits, 'o:' .. o)
-    redis.call('ZREM', expiries, o)
+    sem_drop(permits, expiries, o, redis.call('HGET', permits, 'o:' .. o))
   end
+end
+
+-- sem_weight is the permits a holder with holds h takes: the most any of them asked for.
+local function sem_weight(h)
+  local w = 0
+  for _, n in pairs(h) do
+    w = math.max(w, tonumber(n) or 1)
+  end
+  return w
+end
+
+-- sem_hold is the name of hold id in a permit record.
+local function sem_hold(id)
+  if id == '' then
+    return '-'
+  end
+  return id
 end
 
 -- sem_decode returns the permit record rec, or nil when it is not one fencelock wrote.
@@ -30,6 +60,7 @@ local function sem_decode(rec)
   if not ok or type(p) ~= 'table' or type(p.t) ~= 'string' or type(p.c) ~= 'number' or type(p.h) ~= 'table' then
     return nil
   end
+  p.w = tonumber(p.w) or 1
   return p
 end
 

@@ -1,22 +1,24 @@
--- Takes a permit of a semaphore for an owner, enters the owner's permit once more, or, when
--- every permit is held or promised to waiters ahead, puts the owner in line (or keeps its
--- place there) if it waits.
+-- Takes permits of a semaphore for an owner, enters the owner's permit once more, or, when
+-- not enough permits are free of holders and of waiters ahead, puts the owner in line (or keeps
+-- its place there) if it waits.
 -- KEYS[1] the permits, KEYS[2] the expiries, KEYS[3] the fence counter, KEYS[4] the line,
--- KEYS[5] the places' lapse times (see sem.lua)
+-- KEYS[5] the places (see sem.lua)
 -- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] TTL in ms, ARGV[4] fence counter retention in ms,
 -- ARGV[5] meta, ARGV[6] the limit, ARGV[7] how long a place in line lives unless renewed, in
--- ms, or 0 for one attempt that takes no place
--- Returns {1, token, count} when the owner holds a permit after the call,
+-- ms, or 0 for one attempt that takes no place, ARGV[8] the permits to take
+-- Returns {1, token, count} when the owner holds its permits after the call,
 --         {0, pttl} when it does not: the time left of the first permit to expire, or -1 when
---         a permit is free but promised to a waiter ahead in line,
---         {-1, limit} when permits are held under another limit.
-local owner, hold, ttl, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
+--         enough permits are free but promised to waiters ahead in line,
+--         {-1, limit} when permits are held under another limit,
+--         {-2, permits} when the owner holds fewer permits than it asks for: a re-entry may
+--         not take more (a read lock is not upgraded to a write lock).
+local owner, hold, ttl, limit, weight = ARGV[1], sem_hold(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[6]), tonumber(ARGV[8])
 local now = sem_now()
 sem_prune(KEYS[1], KEYS[2], now)
 local mine = redis.call('HGET', KEYS[1], 'o:' .. owner)
 if mine and tonumber(redis.call('ZSCORE', KEYS[2], owner) or '0') <= now then
   -- A record without a live expiry (its expiry was lost) is no permit.
-  redis.call('HDEL', KEYS[1], 'o:' .. owner)
+  sem_drop(KEYS[1], KEYS[2], owner, mine)
   mine = nil
 end
 if mine then
@@ -24,9 +26,12 @@ if mine then
   if not p then
     return redis.error_reply(sem_foreign)
   end
-  if hold ~= '' and not p.h[hold] then
+  if weight > p.w then
+    return {-2, p.w}
+  end
+  if not p.h[hold] then
     p.c = p.c + 1
-    p.h[hold] = 1
+    p.h[hold] = weight
     redis.call('HSET', KEYS[1], 'o:' .. owner, cjson.encode(p))
   end
   local at = math.max(tonumber(redis.call('ZSCORE', KEYS[2], owner)), now + ttl + 1)
@@ -36,40 +41,42 @@ if mine then
   redis.call('HDEL', KEYS[5], owner)
   return {1, tonumber(p.t), p.c}
 end
-local held = redis.call('ZCARD', KEYS[2])
-if held > 0 then
+if redis.call('ZCARD', KEYS[2]) > 0 then
   local agreed = tonumber(redis.call('HGET', KEYS[1], 'limit'))
   if agreed and agreed ~= limit then
     return {-1, agreed}
   end
+else
+  redis.call('HDEL', KEYS[1], 'used')
 end
--- First come, first served: the free permits go to the live places ahead of this one first.
-local free = limit - held
+-- First come, first served: the free permits go to the live places ahead of this one first,
+-- and this one takes its permits only if they fit after theirs.
+local free = limit - tonumber(redis.call('HGET', KEYS[1], 'used') or '0')
 local ahead, i = 0, 0
-while ahead < free do
+while ahead + weight <= free do
   local m = redis.call('ZRANGE', KEYS[4], i, i)[1]
   if not m or m == owner then
     break
   end
-  local lapse = tonumber(redis.call('HGET', KEYS[5], m) or '0')
-  if lapse > now then
-    ahead = ahead + 1
+  local e = redis.call('HGET', KEYS[5], m) or ''
+  local lapse, w = string.match(e, '^(%d+) (%d+)$')
+  if lapse and tonumber(lapse) > now then
+    ahead = ahead + tonumber(w)
     i = i + 1
   else
     redis.call('ZREM', KEYS[4], m)
     redis.call('HDEL', KEYS[5], m)
   end
 end
-if ahead < free then
+if ahead + weight <= free then
   local token, s = next_token(KEYS[3], math.max(tonumber(ARGV[4]), ttl))
   if not token then
     return redis.error_reply(s)
   end
   local h = {}
-  if hold ~= '' then
-    h[hold] = 1
-  end
-  redis.call('HSET', KEYS[1], 'limit', limit, 'o:' .. owner, cjson.encode({t = s, c = 1, h = h, m = ARGV[5]}))
+  h[hold] = weight
+  redis.call('HSET', KEYS[1], 'limit', limit, 'o:' .. owner, cjson.encode({t = s, c = 1, w = weight, h = h, m = ARGV[5]}))
+  redis.call('HINCRBY', KEYS[1], 'used', weight)
   redis.call('ZADD', KEYS[2], now + ttl + 1, owner)
   sem_keep({KEYS[1], KEYS[2]}, now, now + ttl + 1)
   redis.call('ZREM', KEYS[4], owner)
@@ -83,11 +90,14 @@ if life > 0 then
     local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]
     redis.call('ZADD', KEYS[4], math.max(now, tonumber(last or '0') + 1), owner)
   end
-  redis.call('HSET', KEYS[5], owner, now + life)
+  redis.call('HSET', KEYS[5], owner, (now + life) .. ' ' .. weight)
   sem_keep({KEYS[4], KEYS[5]}, now, now + life)
 end
-if free > 0 then
+if weight <= free then
   return {0, -1}
 end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2]
+if not first then
+  return {0, -1}
+end
 return {0, math.max(tonumber(first) - now - 1, 0)}

@@ -55,22 +55,25 @@ func (b *Backend) InspectSemaphore(ctx context.Context, name string) (fencelock.
 			return info, fmt.Errorf("%w: semaphore %q: permit of %q: %w", fencelock.ErrInvalid, name, owner, err)
 		}
 		info.Permits = append(info.Permits, fencelock.Info{Name: name, Held: true, Owner: owner, Count: p.Count,
-			Token: p.Token, Remaining: time.Duration(left) * time.Millisecond, Meta: p.Meta})
+			Token: p.Token, Remaining: time.Duration(left) * time.Millisecond, Meta: p.Meta, Weight: p.Weight})
+		info.InUse += p.Weight
 	}
 	return info, nil
 }
 
 // permitRecord is a permit's record in the permits hash.
 type permitRecord struct {
-	Token int64
-	Count int
-	Meta  string
+	Token  int64
+	Count  int
+	Weight int // the permits it takes
+	Meta   string
 }
 
 func parsePermit(rec string) (permitRecord, error) {
 	var raw struct {
 		T string `json:"t"`
 		C int    `json:"c"`
+		W int    `json:"w"`
 		M string `json:"m"`
 	}
 	if err := json.Unmarshal([]byte(rec), &raw); err != nil {
@@ -80,14 +83,14 @@ func parsePermit(rec string) (permitRecord, error) {
 	if err != nil {
 		return permitRecord{}, fmt.Errorf("token %q: %w", raw.T, err)
 	}
-	return permitRecord{Token: tok, Count: raw.C, Meta: raw.M}, nil
+	return permitRecord{Token: tok, Count: raw.C, Weight: max(raw.W, 1), Meta: raw.M}, nil
 }
 
 // permitAttempt runs the acquire script once, taking a place in line that lives life when
 // life is positive: a grant and when the attempt was sent, or a *fencelock.HeldError.
 func (b *Backend) permitAttempt(ctx context.Context, req fencelock.Request, life time.Duration) (fencelock.Grant, time.Time, error) {
 	keys := b.semKeys(req.Name)
-	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, req.Limit, life.Milliseconds()}
+	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, req.Limit, life.Milliseconds(), max(req.Weight, 1)}
 	sent := time.Now()
 	var reply []any
 	var err error
@@ -108,6 +111,8 @@ func (b *Backend) permitAttempt(ctx context.Context, req fencelock.Request, life
 		return fencelock.Grant{}, sent, fmt.Errorf("%w: unexpected semaphore acquire reply %v", fencelock.ErrUnavailable, reply)
 	}
 	switch res[0] {
+	case -2:
+		return fencelock.Grant{}, sent, fmt.Errorf("%w: %q: this owner holds %d permits and asks for %d", fencelock.ErrUpgrade, req.Name, res[1], max(req.Weight, 1))
 	case -1:
 		return fencelock.Grant{}, sent, &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: int(res[1])}
 	case 0:

@@ -24,9 +24,36 @@ import (
 // last moment Valid() said yes; a permit whose renewals do not get through must say no by its
 // validity deadline, before Redis gives its place to another.
 func TestSemaphoreUnderLinkFaults(t *testing.T) {
+	runPermitFaults(t, 2, func(c *fencelock.Client, _ *rand.Rand) (int, func(context.Context) (*fencelock.Lock, error)) {
+		return 1, func(ctx context.Context) (*fencelock.Lock, error) {
+			return c.Semaphore("sem-faults", 2).Acquire(ctx, fencelock.WithTTL(300*time.Millisecond))
+		}
+	})
+}
+
+// The same faults on an RWLock whose clients take read locks and, one time in three, the write
+// lock: no writer ever believes itself beside another holder.
+func TestRWLockUnderLinkFaults(t *testing.T) {
+	runPermitFaults(t, fencelock.RWReaders, func(c *fencelock.Client, rnd *rand.Rand) (int, func(context.Context) (*fencelock.Lock, error)) {
+		rw := c.RWLock("rw-faults")
+		if rnd.IntN(3) == 0 {
+			return fencelock.RWReaders, func(ctx context.Context) (*fencelock.Lock, error) {
+				return rw.Lock(ctx, fencelock.WithTTL(300*time.Millisecond))
+			}
+		}
+		return 1, func(ctx context.Context) (*fencelock.Lock, error) {
+			return rw.RLock(ctx, fencelock.WithTTL(300*time.Millisecond))
+		}
+	})
+}
+
+// runPermitFaults runs 5 clients that each take what take draws (a weight and the call that
+// takes it), hold it for a while and release it, under link faults, and checks that the
+// weights believed valid at once never pass limit.
+func runPermitFaults(t *testing.T, limit int, take func(*fencelock.Client, *rand.Rand) (int, func(context.Context) (*fencelock.Lock, error))) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	const limit, clients, ttl = 2, 5, 300 * time.Millisecond
+	const clients, ttl = 5, 300 * time.Millisecond
 	run := 8 * time.Second
 	if full {
 		run = 40 * time.Second
@@ -39,13 +66,13 @@ func TestSemaphoreUnderLinkFaults(t *testing.T) {
 		}
 		seed = n
 	}
-	t.Logf("seed %d (replay: FENCELOCK_SEMAPHORE_SEED=%d go test -race -run TestSemaphoreUnderLinkFaults ./safety/)", seed, seed)
+	t.Logf("seed %d (replay: FENCELOCK_SEMAPHORE_SEED=%d go test -race -run '%s$' ./safety/)", seed, seed, t.Name())
 	r := testserver.StartRedis(t)
-	name := "sem-faults"
 
 	type span struct {
 		from, to time.Time // Acquire returned; Valid() last said yes
 		token    int64
+		weight   int
 	}
 	var mu sync.Mutex
 	var spans []span
@@ -59,17 +86,17 @@ func TestSemaphoreUnderLinkFaults(t *testing.T) {
 		t.Cleanup(func() { _ = rdb.Close() })
 		c := fencelock.New(redisbackend.New(rdb))
 		t.Cleanup(func() { _ = c.Close() })
-		sem := c.Semaphore(name, limit)
 		rnd := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Go(func() {
 			for time.Now().Before(until) {
+				weight, acquire := take(c, rnd)
 				actx, acancel := context.WithTimeout(ctx, time.Second)
-				p, err := sem.Acquire(actx, fencelock.WithTTL(ttl))
+				p, err := acquire(actx)
 				acancel()
 				if err != nil {
 					continue
 				}
-				s := span{from: time.Now(), token: p.Token()}
+				s := span{from: time.Now(), token: p.Token(), weight: weight}
 				for end := time.Now().Add(time.Duration(rnd.IntN(600)) * time.Millisecond); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
 					now := time.Now()
 					if p.Valid() != nil {
@@ -121,7 +148,7 @@ func TestSemaphoreUnderLinkFaults(t *testing.T) {
 			t.Errorf("token %d granted twice", s.token)
 		}
 		tokens[s.token] = true
-		edges = append(edges, edge{s.from, 1}, edge{s.to, -1})
+		edges = append(edges, edge{s.from, s.weight}, edge{s.to, -s.weight})
 	}
 	slices.SortFunc(edges, func(a, b edge) int {
 		if c := a.at.Compare(b.at); c != 0 {
@@ -129,17 +156,20 @@ func TestSemaphoreUnderLinkFaults(t *testing.T) {
 		}
 		return a.delta - b.delta // an end before a start at the same instant
 	})
-	most, n := 0, 0
+	most, n, shared := 0, 0, 0 // shared: the most permits below the limit believed valid at once
 	for _, e := range edges {
 		n += e.delta
 		if n > limit {
-			t.Errorf("at %v, %d holders believed their permit of %d valid", e.at.Format("15:04:05.000"), n, limit)
+			t.Errorf("at %v, holders of %d permits of %d believed them valid", e.at.Format("15:04:05.000"), n, limit)
 		}
 		most = max(most, n)
+		if n < limit {
+			shared = max(shared, n)
+		}
 	}
-	t.Logf("seed %d: %d permits held and checked over %v, %d link faults; at most %d believed valid at once", seed, len(spans), run, faults, most)
-	if len(spans) < 10 || faults < 5 || most < limit {
-		t.Fatalf("the run tested too little: %d permits, %d faults, at most %d at once", len(spans), faults, most)
+	t.Logf("seed %d: %d grants held and checked over %v, %d link faults; at most %d permits believed valid at once", seed, len(spans), run, faults, most)
+	if len(spans) < 10 || faults < 5 || most < limit || shared < min(2, limit-1) {
+		t.Fatalf("the run tested too little: %d grants, %d faults, at most %d permits at once, at most %d below the limit", len(spans), faults, most, shared)
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal("the run outlived its bound")

@@ -89,6 +89,7 @@ func TestBackendConformance(t *testing.T) {
 		}
 		fencelocktest.Run(t, target)
 		t.Run("Semaphore", func(t *testing.T) { fencelocktest.RunSemaphore(t, target) })
+		t.Run("RWLock", func(t *testing.T) { fencelocktest.RunRWLock(t, target) })
 	})
 }
 
