@@ -31,6 +31,8 @@ type runFlags struct {
 	conflictCode int
 	killAfter    time.Duration
 	permits      int // with N > 0, NAME is a semaphore of N permits and run takes one
+	restart      bool
+	again        bool // waiting again after a lost lock (--restart): the backend may be away
 }
 
 const runLong = `Run COMMAND while holding the lock NAME, and release the lock when it ends.
@@ -60,6 +62,11 @@ With -n N, NAME is a semaphore of N permits, and run takes one of them instead o
 at most N commands run at once under NAME, across every host. Each permit has its own
 FENCELOCK_TOKEN. Every run of NAME must say the same N while any runs; one that says another
 exits 2.
+
+With --restart, run is a daemon under a leader election: when the lock is lost and the
+command was ended, run waits for the lock again, without limit, and runs the command again
+with the new FENCELOCK_TOKEN (the leader's term). It exits only when the command exits on its
+own, or a signal ends it. fencelock status NAME shows who leads.
 
 A signal while run waits for the lock ends the wait: run exits 128+signal, as a shell does,
 and the command is not started. Otherwise run exits with the command's own exit code.
@@ -92,6 +99,10 @@ func newRunCmd(g *globals) *cobra.Command {
   # At most 3 hosts rebuild the index at once; the others wait their turn.
   fencelock run -n 3 --wait -1s rebuild-index -- ./rebuild.sh
 
+  # One scheduler across the fleet: every host waits its turn, and takes over when the leader
+  # is lost.
+  fencelock run --wait -1s --restart scheduler -- ./scheduler
+
   # On etcd, with a 10s TTL.
   fencelock --backend etcd://10.0.0.5:2379 run --ttl 10s reindex -- ./reindex`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -113,7 +124,8 @@ func newRunCmd(g *globals) *cobra.Command {
 	cmd.Flags().DurationVar(&f.ttl, "ttl", 30*time.Second, "lock TTL: how long the lock outlives this process if it dies")
 	cmd.Flags().DurationVar(&f.wait, "wait", 0, "how long to wait for the lock when the first attempt does not get it; 0 gives up at once, a negative value waits without limit")
 	cmd.Flags().IntVar(&f.conflictCode, "conflict-exit-code", exitConflict, "exit code when the lock is held elsewhere")
-	cmd.Flags().IntVarP(&f.permits, "permits", "n", 0, "take one of N permits of the semaphore NAME instead of the lock NAME (Redis)")
+	cmd.Flags().BoolVar(&f.restart, "restart", false, "after a lost lock, wait for it again without limit and run the command again (a daemon under a leader election)")
+	cmd.Flags().IntVarP(&f.permits, "permits", "n", 0, "take one of N permits of the semaphore NAME instead of the lock NAME (Redis, etcd)")
 	cmd.Flags().DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after a lost lock, SIGKILL the command this long after SIGTERM; 0 never sends SIGKILL")
 	return cmd
 }
@@ -179,14 +191,28 @@ func run(ctx context.Context, g *globals, f *runFlags, name string, argv []strin
 	defer st.close()
 	locker := fencelock.New(st.backend)
 	defer locker.Close()
-	lock, err := obtainForRun(ctx, st, locker, f, name, argv[0], sigs)
-	if err != nil {
-		return err
+	for {
+		lock, err := obtainForRun(ctx, st, locker, f, name, argv[0], sigs)
+		if err != nil {
+			return err
+		}
+		env := append(os.Environ(), "FENCELOCK_NAME="+name, "FENCELOCK_TOKEN="+strconv.FormatInt(lock.Token(), 10))
+		out := supervise(command{path: path, argv: argv, env: env}, lock, f.killAfter, sigs, cmd.ErrOrStderr())
+		err = finish(lock, name, out)
+		if f.restart && out.started == nil && out.lost != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "fencelock: %s; waiting for the lock again (--restart)\n", errorLine(err))
+			again := *f
+			again.wait, again.again = -1, true
+			f = &again
+			continue
+		}
+		return ranCommand(out, err)
 	}
+}
 
-	env := append(os.Environ(), "FENCELOCK_NAME="+name, "FENCELOCK_TOKEN="+strconv.FormatInt(lock.Token(), 10))
-	out := supervise(command{path: path, argv: argv, env: env}, lock, f.killAfter, sigs, cmd.ErrOrStderr())
-	err = finish(lock, name, out)
+// ranCommand is run's exit after the command ran: err, or, when the command died of Ctrl-C or
+// Ctrl-\ with the terminal, the same signal for run's own process group.
+func ranCommand(out outcome, err error) error {
 	var ex *exitError
 	if out.foreground && errors.As(err, &ex) && ex.err == nil && isInterrupt(out.status) {
 		// Ctrl-C reached the command alone, which had the terminal; without run in between it

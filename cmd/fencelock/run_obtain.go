@@ -53,8 +53,8 @@ func obtainForRun(ctx context.Context, st *store, locker *fencelock.Client, f *r
 }
 
 func obtainOnce(ctx context.Context, st *store, locker *fencelock.Client, f *runFlags, name, command string) (*fencelock.Lock, error) {
-	if err := st.ping(ctx); err != nil {
-		return nil, err
+	if err := st.ping(ctx); err != nil && !f.again {
+		return nil, err // a daemon waiting again waits through an outage, as Obtain does
 	}
 	opts := []fencelock.Option{fencelock.WithTTL(f.ttl), fencelock.WithMetadata(holderMeta(command))}
 	try, wait := locker.TryObtain, locker.Obtain

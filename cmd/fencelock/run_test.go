@@ -155,6 +155,38 @@ func TestRunPermits(t *testing.T) {
 	waitFor(t, 20*time.Second, "permits left behind", func() bool { return permits() == 0 })
 }
 
+// run --restart is a daemon under a leader election: a lost lock ends the command, and run
+// waits for the lock again and runs the command again, with the next term's token.
+func TestRunRestartAfterLoss(t *testing.T) {
+	r, env := redisEnv(t)
+	dir := t.TempDir()
+	script := fmt.Sprintf(`echo "$FENCELOCK_TOKEN" >> %s/terms; exec sleep 30`, dir)
+	p := startRun(t, env, "run", "--wait", "-1s", "--restart", "--ttl", "2s", "--kill-after", "1s", "leader", "--", "sh", "-c", script)
+	terms := func() []string { return lines(t, dir+"/terms") }
+	waitFor(t, 20*time.Second, "the first term never began", func() bool { return len(terms()) == 1 })
+	forceRelease(t, r, "leader")
+	waitFor(t, 20*time.Second, "no second term after the lock was lost", func() bool { return len(terms()) == 2 })
+	got := terms()
+	first, _ := strconv.ParseInt(got[0], 10, 64)
+	second, _ := strconv.ParseInt(got[1], 10, 64)
+	if first <= 0 || second <= first {
+		t.Fatalf("terms %q: want two tokens, increasing", got)
+	}
+	if res := cli(t, 20*time.Second, env, "status", "leader"); res.code != 0 || !strings.Contains(res.stdout, got[1]) {
+		t.Errorf("status of the leader: code %d, stdout %q", res.code, res.stdout)
+	}
+	p.stop(t) // SIGTERM: passed to the command, which dies of it; run exits, and does not restart
+	if code := p.wait(t); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("run --restart after SIGTERM exited %d; stderr %q", code, p.errb.String())
+	}
+	if !strings.Contains(p.errb.String(), "waiting for the lock again (--restart)") {
+		t.Errorf("run --restart did not say it waits again: %q", p.errb.String())
+	}
+	if len(terms()) != 2 {
+		t.Errorf("terms after the stop: %q", terms())
+	}
+}
+
 // run, doctor and bench word a TTL below the minimum alike.
 func TestTTLMinimumWording(t *testing.T) {
 	_, env := redisEnv(t)
