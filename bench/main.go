@@ -152,6 +152,10 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 			rep.loss, err = runLoss(ctx, cfg, srv.nodes[0])
 			return err
 		}},
+		{"semaphore", func() (err error) {
+			rep.semaphore, err = runSemaphore(ctx, cfg, srv.nodes[0])
+			return err
+		}},
 	}
 	for _, s := range steps {
 		if err := step(s.name, s.f); err != nil {

@@ -18,6 +18,7 @@ type report struct {
 	redlock    []redlockRow
 	watchdog   []watchdogRow
 	loss       []lossRow
+	semaphore  []semaphoreRow
 	failed     []string // scenarios that ended with an error, and the error
 }
 
@@ -76,6 +77,7 @@ func (r *report) markdown() string {
 	r.summary(&sb)
 	r.sections(&sb)
 	r.lossSection(&sb)
+	r.semaphoreSection(&sb)
 	if len(r.failed) > 0 {
 		sb.WriteString("## Scenarios that failed\n\n")
 		for _, f := range r.failed {
