@@ -29,6 +29,8 @@ const (
 	// spuriousMinTTL is the shortest TTL for which a loss with no fault near it is a finding:
 	// with shorter TTLs, a loaded machine's scheduling delay alone can miss a renewal.
 	spuriousMinTTL = 2 * time.Second
+	// permitLimit is the limit of the semaphores of the workers' permit thread.
+	permitLimit = 2
 )
 
 // ttlMenu are the TTLs the workers draw, across the regimes the code branches on: below and

@@ -50,6 +50,7 @@ const (
 	// fails the long suite; the short one reports it.
 	chkReentryAnew = "g: Redlock re-entry made the owner's lock anew (open, docs/SAFETY.md)"
 	chkValidity    = "h: validity shorter than the contract's"
+	chkPermits     = "i: more permits believed valid than the limit"
 	chkExit        = "worker failed"
 )
 
@@ -107,12 +108,16 @@ func (h *nemesisHistory) check() *nemesisVerdict {
 	if h.Backend == "redis" || h.Backend == "redlock" {
 		v.Found[chkValidity] = 0
 	}
+	if h.Backend == "redis" || h.Backend == "etcd" {
+		v.Found[chkPermits] = 0
+	}
 	h.checkStore(v)
 	grants := h.grantsByName()
 	h.checkOrder(v, grants)
 	h.checkOverlap(v, grants)
 	h.checkTimes(v)
 	h.checkSpurious(v)
+	h.checkPermits(v)
 	for _, k := range h.NoTTL {
 		v.flag(chkNoTTL, -1, "%s", k)
 	}
@@ -270,6 +275,17 @@ func (h *nemesisHistory) lostData(name string, from, to, at int64, ttl time.Dura
 	return false
 }
 
+// lostAny reports whether a fault that may have removed name from the store overlapped
+// [from, to].
+func (h *nemesisHistory) lostAny(name string, from, to int64) bool {
+	for _, f := range h.Faults {
+		if f.DataLoss && (f.Name == "" || f.Name == name) && f.To >= from && f.From <= to {
+			return true
+		}
+	}
+	return false
+}
+
 // paused returns how long worker w was stopped within [from, to].
 func (h *nemesisHistory) paused(w int, from, to int64) time.Duration {
 	var d int64
@@ -370,6 +386,65 @@ func (h *nemesisHistory) checkSpurious(v *nemesisVerdict) {
 			}
 			v.flag(chk, e.W, "%s: worker %d's lock (TTL %v, token %d) lost %v after its grant: %s; %s",
 				g.Name, e.W, g.TTL, g.Tok, time.Duration(e.Ret-g.Ret), e.Err, h.renewals(g, e.Ret))
+		}
+	}
+}
+
+// (i) At no instant do more holders believe their permit of a semaphore valid than its limit,
+// but after a data loss: a holder believes from its grant's return until its Done closed or
+// its validity deadline passed, whichever came first.
+func (h *nemesisHistory) checkPermits(v *nemesisVerdict) {
+	done := map[[2]int64]nemEvent{}
+	for _, e := range h.Events {
+		if e.K == "done" {
+			done[[2]int64{int64(e.W), e.L}] = e
+		}
+	}
+	type edge struct {
+		at    int64
+		delta int
+		g     nemEvent
+	}
+	edges := map[string][]edge{}
+	for _, g := range h.Events {
+		if g.K != "grant" || !strings.HasPrefix(g.Name, permitPrefix) {
+			continue
+		}
+		end := g.Valid
+		if d, ok := done[[2]int64{int64(g.W), g.L}]; ok {
+			end = min(d.Ret, d.Valid)
+		}
+		if end <= g.Ret {
+			continue
+		}
+		edges[g.Name] = append(edges[g.Name], edge{g.Ret, 1, g}, edge{end, -1, g})
+	}
+	for name, es := range edges {
+		slices.SortFunc(es, func(a, b edge) int {
+			if c := cmp.Compare(a.at, b.at); c != 0 {
+				return c
+			}
+			return a.delta - b.delta // an end before a start at the same instant
+		})
+		active := map[[2]int64]nemEvent{}
+		for _, e := range es {
+			k := [2]int64{int64(e.g.W), e.g.L}
+			if e.delta < 0 {
+				delete(active, k)
+				continue
+			}
+			active[k] = e.g
+			if len(active) <= permitLimit {
+				continue
+			}
+			// A store that lost data since the first of these was granted may have forgotten it.
+			first := e.at
+			for _, g := range active {
+				first = min(first, g.Start)
+			}
+			if !h.lostAny(name, first, e.at) {
+				v.flag(chkPermits, e.g.W, "%s: worker %d's permit (token %d) made %d believed valid at once, of %d", name, e.g.W, e.g.Tok, len(active), permitLimit)
+			}
 		}
 	}
 }

@@ -20,6 +20,10 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 	done := func(w int, tok int64, at, valid int, lost bool) nemEvent {
 		return nemEvent{W: w, K: "done", L: tok, Name: "x", Owner: "a", Tok: tok, Ret: ms(at), Valid: ms(valid), Lost: lost}
 	}
+	// permit is a permit's grant and its Done, which closed at end.
+	permit := func(w int, tok int64, start, ret, end int) nemEvent {
+		return nemEvent{W: w, K: "grant", Op: "permit", L: tok, Name: permitPrefix + "x", Owner: "o" + string(rune('a'+tok)), Tok: tok, Count: 1, TTL: time.Second, Start: ms(start), Ret: ms(ret), Valid: ms(end)}
+	}
 	call := func(w int, start, ret, dl int) nemEvent {
 		return nemEvent{W: w, K: "call", Op: "release", Name: "x", Start: ms(start), Ret: ms(ret), Dl: ms(dl)}
 	}
@@ -65,6 +69,10 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "obtain", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 3 * time.Second, Start: 0, Ret: ms(5)},
 				{W: 0, K: "done", L: 1, Name: "x", Owner: "a", Tok: 1, Ret: ms(30), Valid: ms(2900), Lost: true, Err: "fencelock: lock lost: the store granted \"x\" to this owner anew, with token 2"}},
 				Faults: []faultRecord{{Kind: "cut", From: ms(10), To: ms(20), Worker: 0, Server: 0}}}},
+		{chkPermits, // three permits of a semaphore of two believed valid at once
+			nemesisHistory{Backend: "redis", Events: []nemEvent{permit(0, 1, 0, 10, 500), permit(1, 2, 5, 20, 500), permit(2, 3, 30, 40, 500)}},
+			nemesisHistory{Backend: "redis", Events: []nemEvent{permit(0, 1, 0, 10, 35), permit(1, 2, 5, 20, 500), permit(2, 3, 30, 40, 500),
+				permit(0, 4, 100, 110, 500)}, Faults: []faultRecord{{Kind: "restart-server", From: ms(50), To: ms(60), Worker: -1, Server: 0, DataLoss: true}}}},
 		{chkValidity,
 			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(975)}}},
 			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(988)}}}},

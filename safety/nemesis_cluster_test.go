@@ -31,6 +31,15 @@ type nemesisCluster struct {
 	key           func(name string) string
 }
 
+// permits is the limit of the semaphores the workers' permit thread takes, or 0 where the
+// backend keeps none.
+func (c *nemesisCluster) permits() int {
+	if c.kind == "redis" || c.kind == "etcd" {
+		return permitLimit
+	}
+	return 0
+}
+
 func (c *nemesisCluster) can(kind string) bool {
 	switch kind {
 	case "pause-server":

@@ -43,6 +43,10 @@ type nemesisWorkerConfig struct {
 	Names   []string      `json:"names"`
 	Groups  []string      `json:"groups"` // owner IDs shared with the other workers
 	Threads int           `json:"threads"`
+	// Permits, when positive, adds a thread that takes permits of semaphores of that limit
+	// (named permitPrefix + a lock name) on a random stream of its own, so that the lock
+	// threads' schedules, and the seeds that replay them, stay as they were.
+	Permits int `json:"permits,omitempty"`
 	Until   int64         `json:"until"` // Unix ns: no operation starts after it
 	MinTTL  time.Duration `json:"min_ttl"`
 	MaxTTL  time.Duration `json:"max_ttl"`
@@ -114,6 +118,9 @@ func runNemesisWorker(raw string) int {
 	var wg sync.WaitGroup
 	for th := range cfg.Threads {
 		wg.Go(func() { w.thread(th) })
+	}
+	if cfg.Permits > 0 {
+		wg.Go(func() { w.permitThread(cfg.Threads) })
 	}
 	wg.Wait()
 	w.watch.Wait()
@@ -196,6 +203,58 @@ func (w *nemesisWorker) thread(th int) {
 			wg.Go(func() { w.step(th, s) })
 		}
 		wg.Wait()
+	}
+	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
+}
+
+// permitPrefix starts the names of the semaphores of the permit thread, so that the checkers
+// tell them from locks.
+const permitPrefix = "sem:"
+
+// permitThread takes permits of the semaphores permitPrefix + a lock name, of limit
+// cfg.Permits, holds them while it idles and refreshes, and releases them, until the run ends.
+func (w *nemesisWorker) permitThread(th int) {
+	r := rand.New(rand.NewPCG(w.cfg.Seed, 1000))
+	p := &planner{r: r, names: w.cfg.Names, minTTL: w.cfg.MinTTL, maxTTL: w.cfg.MaxTTL}
+	for time.Now().Before(w.until) {
+		s := stepPlan{Name: permitPrefix + p.names[r.IntN(len(p.names))], TTL: drawTTL(r, p.minTTL, p.maxTTL), Watchdog: r.IntN(5) != 0, Op: "permit"}
+		if r.IntN(3) == 0 {
+			s.Op = "permit-try"
+		}
+		s.Wait = time.Duration(20+r.IntN(3000)) * time.Millisecond
+		s.Release = time.Duration(50+r.IntN(2000)) * time.Millisecond
+		for range 1 + r.IntN(4) {
+			a := p.action(s.TTL)
+			if a.Kind != "idle" && a.Kind != "refresh" {
+				a = action{Kind: "idle", D: a.D} // a permit guards no fenced write, and is not re-entered
+			}
+			s.Actions = append(s.Actions, a)
+		}
+		w.out.emit(nemEvent{K: "state", Th: th, State: "waiting"})
+		ctx, cancel := context.WithTimeout(context.Background(), s.Wait)
+		sem := w.locker.Semaphore(s.Name, w.cfg.Permits)
+		lock, h := w.obtain(ctx, s.Op, s.Name, s.TTL, s.Watchdog, func(ctx context.Context) (*fencelock.Lock, error) {
+			opts := []fencelock.Option{fencelock.WithTTL(s.TTL), fencelock.WithWatchdog(s.Watchdog)}
+			if s.Op == "permit-try" {
+				return sem.TryAcquire(ctx, opts...)
+			}
+			return sem.Acquire(ctx, opts...)
+		})
+		cancel()
+		if lock == nil {
+			w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
+			continue
+		}
+		w.out.emit(nemEvent{K: "state", Th: th, State: "holding"})
+		for _, a := range s.Actions {
+			if time.Now().After(w.until) {
+				break
+			}
+			w.act(lock, h, s, a)
+		}
+		w.out.emit(nemEvent{K: "state", Th: th, State: "releasing"})
+		w.release(lock, h, s.Release)
+		w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
 	}
 	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
 }
