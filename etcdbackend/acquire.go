@@ -138,7 +138,7 @@ func (b *Backend) reenter(ctx context.Context, req fencelock.Request, p place, k
 		if h.has(hold) {
 			return b.granted(ctx, req.Name, clientv3.LeaseID(kv.Lease), kv.CreateRevision, len(h), start, sent)
 		}
-		h = append(h, hold)
+		h = append(h, entry(hold, req.Weight))
 		sent = time.Now()
 		resp, err := b.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),

@@ -156,9 +156,11 @@ func decodeHolds(v []byte) (holds, error) {
 	return holds(parts[1:]), nil
 }
 
+// has reports whether the hold id is among h; an entry of a permit's hold that takes several
+// permits carries their number after a "#" (see entry), which no hold ID contains.
 func (h holds) has(id string) bool {
 	for _, x := range h {
-		if x == id {
+		if isHold(x, id) {
 			return true
 		}
 	}
@@ -168,11 +170,16 @@ func (h holds) has(id string) bool {
 func (h holds) without(id string) holds {
 	out := make(holds, 0, len(h))
 	for _, x := range h {
-		if x != id {
+		if !isHold(x, id) {
 			out = append(out, x)
 		}
 	}
 	return out
+}
+
+// isHold reports whether the entry x of holds is the hold id.
+func isHold(x, id string) bool {
+	return x == id || (len(x) > len(id) && x[len(id)] == '#' && x[:len(id)] == id)
 }
 
 // classify wraps err with the fencelock error that says what to do about it.

@@ -2,8 +2,6 @@ package etcdbackend_test
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,28 +37,7 @@ func TestConformance(t *testing.T) {
 	fencelocktest.Run(t, target)
 	t.Run("Semaphore", func(t *testing.T) { fencelocktest.RunSemaphore(t, target) })
 	t.Run("Election", func(t *testing.T) { fencelocktest.RunElection(t, target) })
+	t.Run("RWLock", func(t *testing.T) { fencelocktest.RunRWLock(t, target) })
 }
 
 var _ = etcdbackend.New
-
-// Weighted permits are Redis's alone for now: etcd refuses them plainly, never as one permit.
-func TestWeightedPermitsRefused(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	b, _ := newBackend(t, etcd)
-	c := fencelock.New(b)
-	defer c.Close()
-	for what, try := range map[string]func() (*fencelock.Lock, error){
-		"WithWeight(2)": func() (*fencelock.Lock, error) {
-			return c.Semaphore("weighted", 3).TryAcquire(ctx, fencelock.WithWeight(2))
-		},
-		"an RWLock write lock": func() (*fencelock.Lock, error) { return c.RWLock("rw").TryLock(ctx) },
-	} {
-		if l, err := try(); !errors.Is(err, fencelock.ErrInvalid) || !strings.Contains(err.Error(), "one permit at a time") {
-			if l != nil {
-				_ = l.Release(ctx)
-			}
-			t.Errorf("%s on etcd: %v, want ErrInvalid saying why", what, err)
-		}
-	}
-}

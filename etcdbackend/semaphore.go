@@ -19,11 +19,13 @@ import (
 var _ fencelock.Semaphores = (*Backend)(nil)
 
 // A semaphore of limit L is a queue as a lock's is, under a prefix of its own: each holder and
-// waiter has a key on its session's lease, and the L keys created first hold the permits. A
-// key's create revision is its permit's fencing token. A key's value is its limit and its
-// holds ("L<limit>\n" and the holds as a lock's key has them); every key in the queue agrees on
-// the limit with the oldest, since each one that joined compared its limit with the oldest
-// key's in the transaction that made it, and left at once when they differed.
+// waiter has a key on its session's lease, and a key holds its permits when they and those of
+// every key created before it fit in L, so that no key passes one that came before it. A key's
+// create revision is its permit's fencing token. A key's value is its limit and its holds
+// ("L<limit>\n" and the holds as a lock's key has them, each hold that takes k > 1 permits as
+// "<id>#<k>"; the key takes the most any hold asked for); every key in the queue agrees on the
+// limit with the oldest, since each one that joined compared its limit with the oldest key's in
+// the transaction that made it, and left at once when they differed.
 
 // place is where an owner's hold of a lock, or of a permit, is kept.
 type place struct {
@@ -77,16 +79,13 @@ func decodePermit(v []byte) (int, holds, error) {
 }
 
 // enqueuePermit is enqueue for a permit of the semaphore req.Name: it makes the owner's key,
-// and reads in the same transaction the first req.Limit keys, oldest first, which hold the
-// permits.
+// and reads in the same transaction the keys of the queue, oldest first: a key holds its
+// permits when those of every key before it and its own fit in the limit.
 func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.Request, queue bool, start time.Time) (fencelock.Grant, error) {
-	if req.Weight > 1 {
-		return fencelock.Grant{}, fmt.Errorf("%w: %q: the etcd backend takes one permit at a time; WithWeight and an RWLock's write lock need the Redis backend", fencelock.ErrInvalid, req.Name)
-	}
 	p := b.place(req.Name, req.Owner, req.Limit)
 	pfx := b.semPrefix(req.Name)
-	first := clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(req.Limit)))
-	then := []clientv3.Op{clientv3.OpPut(p.key, p.value(holds{req.Hold}), clientv3.WithLease(s.id)), first}
+	first := clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	then := []clientv3.Op{clientv3.OpPut(p.key, p.value(holds{entry(req.Hold, req.Weight)}), clientv3.WithLease(s.id)), first}
 	if req.Meta != "" {
 		then = append(then, clientv3.OpPut(p.meta, req.Meta, clientv3.WithLease(s.id)))
 	}
@@ -102,14 +101,18 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 		}
 		return fencelock.Grant{}, classify(err)
 	}
-	holders := resp.Responses[1].GetResponseRange().Kvs
+	queued := resp.Responses[1].GetResponseRange().Kvs
 	if resp.Succeeded {
 		rev := resp.Header.Revision
-		if err := agreed(req, holders); err != nil {
+		if err := agreed(req, queued); err != nil {
 			b.leave(ctx, req, rev)
 			return fencelock.Grant{}, err
 		}
-		if madeHolder(holders, rev) {
+		if ok, err := holder(queued, rev, req.Limit); err != nil || ok {
+			if err != nil {
+				b.leave(ctx, req, rev)
+				return fencelock.Grant{}, err
+			}
 			return b.granted(ctx, req.Name, s.id, rev, 1, start, sent)
 		}
 		if !queue {
@@ -130,12 +133,20 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 	if len(mine) == 0 {
 		return fencelock.Grant{}, fmt.Errorf("%w: the owner's key vanished during the acquisition", fencelock.ErrUnavailable)
 	}
-	if limit, _, err := decodePermit(mine[0].Value); err != nil {
+	limit, h, err := decodePermit(mine[0].Value)
+	switch {
+	case err != nil:
 		return fencelock.Grant{}, err
-	} else if limit != req.Limit {
+	case limit != req.Limit:
 		return fencelock.Grant{}, &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: limit}
+	case max(req.Weight, 1) > h.weight():
+		return fencelock.Grant{}, fmt.Errorf("%w: %q: this owner holds %d permits and asks for %d", fencelock.ErrUpgrade, req.Name, h.weight(), max(req.Weight, 1))
 	}
-	if !madeHolder(holders, mine[0].CreateRevision) {
+	ok, err := holder(queued, mine[0].CreateRevision, req.Limit)
+	if err != nil {
+		return fencelock.Grant{}, err
+	}
+	if !ok {
 		if !queue {
 			return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Limit: req.Limit}
 		}
@@ -163,21 +174,51 @@ func agreed(req fencelock.Request, oldest []*mvccpb.KeyValue) error {
 	return nil
 }
 
-// madeHolder says whether the key made at rev is among the holders, the first keys of the
-// queue.
-func madeHolder(holders []*mvccpb.KeyValue, rev int64) bool {
-	for _, kv := range holders {
+// holder says whether the key made at rev holds its permits: the queue, oldest first, holds
+// it, and its permits and those of every key before it fit in limit. The keys before it that
+// wait count too: a key never passes one that came before it.
+func holder(queue []*mvccpb.KeyValue, rev int64, limit int) (bool, error) {
+	used := 0
+	for _, kv := range queue {
+		_, h, err := decodePermit(kv.Value)
+		if err != nil {
+			return false, err
+		}
+		used += h.weight()
 		if kv.CreateRevision == rev {
-			return true
+			return used <= limit, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
-// waitPermit waits until fewer than req.Limit keys of the queue were created before the
-// waiter's, made at rev. It watches the queue for deletions from before each read, so that no
-// deletion passes unseen, and returns when the read that found so was sent. ended closes when
-// the lease of the waiter's key is known to be gone.
+// entry is a hold's entry in a permit key's holds: its ID, and the permits it takes when more
+// than one ("<id>#<n>").
+func entry(id string, weight int) string {
+	if weight <= 1 {
+		return id
+	}
+	return id + "#" + strconv.Itoa(weight)
+}
+
+// weight is the permits a key with holds h takes: the most any of its holds asked for.
+func (h holds) weight() int {
+	w := 1
+	for _, e := range h {
+		if _, n, ok := strings.Cut(e, "#"); ok {
+			if k, err := strconv.Atoi(n); err == nil {
+				w = max(w, k)
+			}
+		}
+	}
+	return w
+}
+
+// waitPermit waits until the permits of the keys of the queue created before the waiter's,
+// made at rev, and the waiter's own fit in req.Limit. It watches the queue from before each
+// read, so that no deletion, nor a holder giving permits back (a write lock released under a
+// read lock), passes unseen, and returns when the read that found so was sent. ended closes
+// when the lease of the waiter's key is known to be gone.
 func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req fencelock.Request, pfx, key string, rev int64) (time.Time, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -186,7 +227,7 @@ func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req fen
 		if wch == nil {
 			// The watch starts at the current revision (see waitDelete); the read below comes
 			// after it exists.
-			wch = b.c.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+			wch = b.c.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 			if err := waitCreated(ctx, ended, wch); err != nil {
 				return time.Now(), err
 			}
@@ -194,19 +235,20 @@ func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req fen
 		sent := time.Now()
 		resp, err := b.c.Txn(ctx).Then(
 			// Keys, not a count: etcd counts a range before its revision filter.
-			clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(req.Limit))),
-			clientv3.OpGet(key, clientv3.WithKeysOnly()),
+			clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1)),
+			clientv3.OpGet(key),
 		).Commit()
 		if err != nil {
 			return sent, classify(err)
 		}
-		if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
+		mine := resp.Responses[1].GetResponseRange().Kvs
+		if len(mine) == 0 || mine[0].CreateRevision != rev {
 			return sent, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
 		}
-		if len(resp.Responses[0].GetResponseRange().Kvs) < req.Limit {
-			return sent, nil
+		if ok, err := holder(append(resp.Responses[0].GetResponseRange().Kvs, mine[0]), rev, req.Limit); err != nil || ok {
+			return sent, err
 		}
-		// Until a deletion: any one of a key ahead may give the waiter its permit.
+		// Until a key ahead is deleted or changed, any of which may give the waiter its permits.
 	events:
 		for {
 			select {
@@ -220,10 +262,8 @@ func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req fen
 					}
 					break events
 				}
-				for _, ev := range wr.Events {
-					if ev.Type == mvccpb.DELETE {
-						break events
-					}
+				if len(wr.Events) > 0 {
+					break events
 				}
 			case <-ended:
 				return sent, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
@@ -293,13 +333,18 @@ func (b *Backend) InspectSemaphore(ctx context.Context, name string) (fencelock.
 	}
 	info.Limit = limit
 	info.Token = kvs[len(kvs)-1].CreateRevision
-	info.Waiting = max(len(kvs)-limit, 0)
 	left := map[int64]time.Duration{}
-	for _, kv := range kvs[:min(limit, len(kvs))] {
+	for i, kv := range kvs {
 		_, h, err := decodePermit(kv.Value)
 		if err != nil {
 			return info, err
 		}
+		if info.InUse+h.weight() > limit {
+			// This one waits, and so does every later one: none passes one before it.
+			info.Waiting = len(kvs) - i
+			break
+		}
+		info.InUse += h.weight()
 		owner := strings.TrimPrefix(string(kv.Key), pfx)
 		if _, ok := left[kv.Lease]; !ok && kv.Lease != 0 {
 			ttl, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
@@ -312,7 +357,7 @@ func (b *Backend) InspectSemaphore(ctx context.Context, name string) (fencelock.
 			}
 		}
 		info.Permits = append(info.Permits, fencelock.Info{Name: name, Held: true, Owner: owner, Count: len(h),
-			Token: kv.CreateRevision, Remaining: left[kv.Lease], Meta: meta[owner]})
+			Token: kv.CreateRevision, Remaining: left[kv.Lease], Meta: meta[owner], Weight: h.weight()})
 	}
 	return info, nil
 }
