@@ -46,7 +46,7 @@ type nemesisWorkerConfig struct {
 	// Permits, when positive, adds a thread that takes permits of semaphores of that limit
 	// (named permitPrefix + a lock name) on a random stream of its own, so that the lock
 	// threads' schedules, and the seeds that replay them, stay as they were.
-	Permits int `json:"permits,omitempty"`
+	Permits int           `json:"permits,omitempty"`
 	Until   int64         `json:"until"` // Unix ns: no operation starts after it
 	MinTTL  time.Duration `json:"min_ttl"`
 	MaxTTL  time.Duration `json:"max_ttl"`
