@@ -11,7 +11,7 @@ import (
 )
 
 // scenarioNames in the order they run.
-var scenarioNames = []string{"latency", "throughput", "contention", "handoff", "redlock", "watchdog", "loss", "semaphore"}
+var scenarioNames = []string{"latency", "throughput", "contention", "handoff", "redlock", "watchdog", "loss", "semaphore", "election"}
 
 // config is one run's settings. Zero counts and durations in the flags take the mode's
 // defaults.

@@ -156,6 +156,10 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 			rep.semaphore, err = runSemaphore(ctx, cfg, srv.nodes[0])
 			return err
 		}},
+		{"election", func() (err error) {
+			rep.election, err = runElection(ctx, cfg)
+			return err
+		}},
 	}
 	for _, s := range steps {
 		if err := step(s.name, s.f); err != nil {

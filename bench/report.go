@@ -19,6 +19,7 @@ type report struct {
 	watchdog   []watchdogRow
 	loss       []lossRow
 	semaphore  []semaphoreRow
+	election   []electionRow
 	failed     []string // scenarios that ended with an error, and the error
 }
 
@@ -78,6 +79,7 @@ func (r *report) markdown() string {
 	r.sections(&sb)
 	r.lossSection(&sb)
 	r.semaphoreSection(&sb)
+	r.electionSection(&sb)
 	if len(r.failed) > 0 {
 		sb.WriteString("## Scenarios that failed\n\n")
 		for _, f := range r.failed {
