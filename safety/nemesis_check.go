@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fencelock/fencelock"
 )
 
 // nemesisHistory is everything a nemesis run recorded.
@@ -50,7 +52,7 @@ const (
 	// fails the long suite; the short one reports it.
 	chkReentryAnew = "g: Redlock re-entry made the owner's lock anew (open, docs/SAFETY.md)"
 	chkValidity    = "h: validity shorter than the contract's"
-	chkPermits     = "i: more permits believed valid than the limit"
+	chkPermits     = "i: more permits believed valid than the limit, or a writer beside another holder"
 	chkExit        = "worker failed"
 )
 
@@ -390,9 +392,10 @@ func (h *nemesisHistory) checkSpurious(v *nemesisVerdict) {
 	}
 }
 
-// (i) At no instant do more holders believe their permit of a semaphore valid than its limit,
-// but after a data loss: a holder believes from its grant's return until its Done closed or
-// its validity deadline passed, whichever came first.
+// (i) At no instant do holders believe more permits of a semaphore valid than its limit, nor
+// a writer of a read-write lock valid beside another holder, but after a data loss: a holder
+// believes from its grant's return until its Done closed or its validity deadline passed,
+// whichever came first.
 func (h *nemesisHistory) checkPermits(v *nemesisVerdict) {
 	done := map[[2]int64]nemEvent{}
 	for _, e := range h.Events {
@@ -407,7 +410,7 @@ func (h *nemesisHistory) checkPermits(v *nemesisVerdict) {
 	}
 	edges := map[string][]edge{}
 	for _, g := range h.Events {
-		if g.K != "grant" || !strings.HasPrefix(g.Name, permitPrefix) {
+		if g.K != "grant" || !strings.HasPrefix(g.Name, permitPrefix) && !strings.HasPrefix(g.Name, rwPrefix) {
 			continue
 		}
 		end := g.Valid
@@ -426,15 +429,25 @@ func (h *nemesisHistory) checkPermits(v *nemesisVerdict) {
 			}
 			return a.delta - b.delta // an end before a start at the same instant
 		})
+		limit := permitLimit
+		if strings.HasPrefix(name, rwPrefix) {
+			limit = fencelock.RWReaders
+		}
 		active := map[[2]int64]nemEvent{}
+		used := 0
 		for _, e := range es {
 			k := [2]int64{int64(e.g.W), e.g.L}
+			w := max(e.g.Weight, 1)
 			if e.delta < 0 {
-				delete(active, k)
+				if _, ok := active[k]; ok {
+					delete(active, k)
+					used -= w
+				}
 				continue
 			}
 			active[k] = e.g
-			if len(active) <= permitLimit {
+			used += w
+			if used <= limit {
 				continue
 			}
 			// A store that lost data since the first of these was granted may have forgotten it.
@@ -443,7 +456,7 @@ func (h *nemesisHistory) checkPermits(v *nemesisVerdict) {
 				first = min(first, g.Start)
 			}
 			if !h.lostAny(name, first, e.at) {
-				v.flag(chkPermits, e.g.W, "%s: worker %d's permit (token %d) made %d believed valid at once, of %d", name, e.g.W, e.g.Tok, len(active), permitLimit)
+				v.flag(chkPermits, e.g.W, "%s: worker %d's grant of %d (token %d) made %d permits believed valid at once by %d holders, of %d", name, e.g.W, w, e.g.Tok, used, len(active), limit)
 			}
 		}
 	}

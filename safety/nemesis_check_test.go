@@ -3,6 +3,8 @@ package safety
 import (
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock"
 )
 
 // Each checker fires on a history made by hand to break it, and stays quiet on its clean twin.
@@ -23,6 +25,11 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 	// permit is a permit's grant and its Done, which closed at end.
 	permit := func(w int, tok int64, start, ret, end int) nemEvent {
 		return nemEvent{W: w, K: "grant", Op: "permit", L: tok, Name: permitPrefix + "x", Owner: "o" + string(rune('a'+tok)), Tok: tok, Count: 1, TTL: time.Second, Start: ms(start), Ret: ms(ret), Valid: ms(end)}
+	}
+	rw := func(w int, tok int64, start, ret, end, weight int) nemEvent {
+		e := permit(w, tok, start, ret, end)
+		e.Name, e.Weight = rwPrefix+"x", weight
+		return e
 	}
 	call := func(w int, start, ret, dl int) nemEvent {
 		return nemEvent{W: w, K: "call", Op: "release", Name: "x", Start: ms(start), Ret: ms(ret), Dl: ms(dl)}
@@ -73,6 +80,9 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 			nemesisHistory{Backend: "redis", Events: []nemEvent{permit(0, 1, 0, 10, 500), permit(1, 2, 5, 20, 500), permit(2, 3, 30, 40, 500)}},
 			nemesisHistory{Backend: "redis", Events: []nemEvent{permit(0, 1, 0, 10, 35), permit(1, 2, 5, 20, 500), permit(2, 3, 30, 40, 500),
 				permit(0, 4, 100, 110, 500)}, Faults: []faultRecord{{Kind: "restart-server", From: ms(50), To: ms(60), Worker: -1, Server: 0, DataLoss: true}}}},
+		{chkPermits, // a writer believed valid beside a reader
+			nemesisHistory{Backend: "etcd", Events: []nemEvent{rw(0, 1, 0, 10, 500, 1), rw(1, 2, 5, 20, 500, 1), rw(2, 3, 30, 40, 600, fencelock.RWReaders)}},
+			nemesisHistory{Backend: "etcd", Events: []nemEvent{rw(0, 1, 0, 10, 35, 1), rw(1, 2, 5, 20, 38, 1), rw(2, 3, 30, 40, 600, fencelock.RWReaders)}}},
 		{chkValidity,
 			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(975)}}},
 			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(988)}}}},

@@ -37,6 +37,9 @@ type nemEvent struct {
 	// NoWatchdog says a grant was asked for with the watchdog off: its lock is renewed only
 	// if an earlier grant of the same owner and token in this worker had it on.
 	NoWatchdog bool `json:"nowd,omitempty"`
+	// Weight is, for a grant of a permit, how many permits it takes (0 for 1); an RWLock's
+	// write lock takes fencelock.RWReaders.
+	Weight int `json:"wt,omitempty"`
 }
 
 // errClass names what an error means to the checkers.

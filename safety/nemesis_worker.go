@@ -207,19 +207,32 @@ func (w *nemesisWorker) thread(th int) {
 	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
 }
 
-// permitPrefix starts the names of the semaphores of the permit thread, so that the checkers
-// tell them from locks.
-const permitPrefix = "sem:"
+// permitPrefix starts the names of the semaphores of the permit thread, and rwPrefix those of
+// its read-write locks, so that the checkers tell them from locks.
+const (
+	permitPrefix = "sem:"
+	rwPrefix     = "rw:"
+)
 
 // permitThread takes permits of the semaphores permitPrefix + a lock name, of limit
-// cfg.Permits, holds them while it idles and refreshes, and releases them, until the run ends.
+// cfg.Permits, and read or write locks of the read-write locks rwPrefix + a lock name, holds
+// them while it idles and refreshes, and releases them, until the run ends.
 func (w *nemesisWorker) permitThread(th int) {
 	r := rand.New(rand.NewPCG(w.cfg.Seed, 1000))
 	p := &planner{r: r, names: w.cfg.Names, minTTL: w.cfg.MinTTL, maxTTL: w.cfg.MaxTTL}
 	for time.Now().Before(w.until) {
-		s := stepPlan{Name: permitPrefix + p.names[r.IntN(len(p.names))], TTL: drawTTL(r, p.minTTL, p.maxTTL), Watchdog: r.IntN(5) != 0, Op: "permit"}
+		name := p.names[r.IntN(len(p.names))]
+		s := stepPlan{Name: permitPrefix + name, TTL: drawTTL(r, p.minTTL, p.maxTTL), Watchdog: r.IntN(5) != 0, Op: "permit"}
 		if r.IntN(3) == 0 {
 			s.Op = "permit-try"
+		}
+		// Half the steps take a read-write lock instead: a write lock one time in three.
+		weight, rw := 1, r.IntN(2) == 0
+		if rw {
+			s.Name = rwPrefix + name
+			if r.IntN(3) == 0 {
+				weight = fencelock.RWReaders
+			}
 		}
 		s.Wait = time.Duration(20+r.IntN(3000)) * time.Millisecond
 		s.Release = time.Duration(50+r.IntN(2000)) * time.Millisecond
@@ -232,10 +245,20 @@ func (w *nemesisWorker) permitThread(th int) {
 		}
 		w.out.emit(nemEvent{K: "state", Th: th, State: "waiting"})
 		ctx, cancel := context.WithTimeout(context.Background(), s.Wait)
-		sem := w.locker.Semaphore(s.Name, w.cfg.Permits)
-		lock, h := w.obtain(ctx, s.Op, s.Name, s.TTL, s.Watchdog, func(ctx context.Context) (*fencelock.Lock, error) {
+		sem, rwl := w.locker.Semaphore(s.Name, w.cfg.Permits), w.locker.RWLock(s.Name)
+		lock, h := w.obtainWeighted(ctx, s.Op, s.Name, s.TTL, s.Watchdog, weight, func(ctx context.Context) (*fencelock.Lock, error) {
 			opts := []fencelock.Option{fencelock.WithTTL(s.TTL), fencelock.WithWatchdog(s.Watchdog)}
-			if s.Op == "permit-try" {
+			try := s.Op == "permit-try"
+			switch {
+			case rw && weight > 1 && try:
+				return rwl.TryLock(ctx, opts...)
+			case rw && weight > 1:
+				return rwl.Lock(ctx, opts...)
+			case rw && try:
+				return rwl.TryRLock(ctx, opts...)
+			case rw:
+				return rwl.RLock(ctx, opts...)
+			case try:
 				return sem.TryAcquire(ctx, opts...)
 			}
 			return sem.Acquire(ctx, opts...)
@@ -333,6 +356,11 @@ func (w *nemesisWorker) act(lock *fencelock.Lock, h int64, s stepPlan, a action)
 // obtain runs one acquisition and reports it; a granted lock gets a handle number and a
 // watcher of its Done channel.
 func (w *nemesisWorker) obtain(ctx context.Context, op, name string, ttl time.Duration, watchdog bool, call func(context.Context) (*fencelock.Lock, error)) (*fencelock.Lock, int64) {
+	return w.obtainWeighted(ctx, op, name, ttl, watchdog, 0, call)
+}
+
+// obtainWeighted is obtain for a grant of weight permits.
+func (w *nemesisWorker) obtainWeighted(ctx context.Context, op, name string, ttl time.Duration, watchdog bool, weight int, call func(context.Context) (*fencelock.Lock, error)) (*fencelock.Lock, int64) {
 	start := time.Now()
 	lock, err := call(ctx)
 	ret := time.Now()
@@ -345,6 +373,9 @@ func (w *nemesisWorker) obtain(ctx context.Context, op, name string, ttl time.Du
 	h := w.seq.Add(1)
 	e.K, e.L, e.Owner, e.Tok, e.Count, e.Valid = "grant", h, lock.Owner(), lock.Token(), lock.HoldCount(), lock.ValidUntil().UnixNano()
 	e.NoWatchdog = !watchdog
+	if weight > 1 {
+		e.Weight = weight
+	}
 	if w.broken["fake-token"] {
 		e.Tok -= 1_000_000_000_000
 	}
