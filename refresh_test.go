@@ -172,12 +172,7 @@ func TestRefreshShorterWithoutAnswerMovesDeadline(t *testing.T) {
 	}
 	// A script keeps the server busy for 400 ms while the Refresh is sent: the server runs the
 	// Refresh after the caller has given up.
-	busy := make(chan error, 1)
-	go func() {
-		busy <- server.ClientT(t).Eval(ctx, `local t = redis.call('TIME'); local stop = t[1] * 1000000 + t[2] + 400000
-			repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
-			return 1`, nil).Err()
-	}()
+	busy := keepBusy(ctx, t, server, 400*time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
 	sent := time.Now()
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -219,12 +214,7 @@ func TestRefreshShorterInFlightIsNotTrusted(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A script keeps the server busy for 700 ms: the Refresh waits behind it.
-	busy := make(chan error, 1)
-	go func() {
-		busy <- server.ClientT(t).Eval(ctx, `local t = redis.call('TIME'); local stop = t[1] * 1000000 + t[2] + 700000
-			repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
-			return 1`, nil).Err()
-	}()
+	busy := keepBusy(ctx, t, server, 700*time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
 	sent := time.Now()
 	refreshed := make(chan error, 1)
@@ -245,4 +235,15 @@ func TestRefreshShorterInFlightIsNotTrusted(t *testing.T) {
 	if err := <-refreshed; err == nil {
 		t.Error("a Refresh(200ms) confirmed after its own validity had passed returned nil")
 	}
+}
+
+// keepBusy runs a script that keeps server busy for d, and says on the channel how it ended.
+func keepBusy(ctx context.Context, t *testing.T, server *testserver.Redis, d time.Duration) <-chan error {
+	busy := make(chan error, 1)
+	go func() {
+		busy <- server.ClientT(t).Eval(ctx, `local t = redis.call('TIME'); local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1])
+			repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
+			return 1`, nil, d.Microseconds()).Err()
+	}()
+	return busy
 }

@@ -66,6 +66,23 @@ end
 
 local sem_foreign = 'FENCELOCK the semaphore key holds a permit that fencelock did not write'
 
+-- sem_mine reads owner's live permit: its record, decoded, and its expiry, or nil when the
+-- owner holds none (pruning what expired), or nil and an error reply when the record is not
+-- one fencelock wrote.
+local function sem_mine(permits, expiries, owner, now)
+  local at = tonumber(redis.call('ZSCORE', expiries, owner) or '0')
+  local rec = redis.call('HGET', permits, 'o:' .. owner)
+  if at <= now or not rec then
+    sem_prune(permits, expiries, now)
+    return nil
+  end
+  local p = sem_decode(rec)
+  if not p then
+    return nil, redis.error_reply(sem_foreign)
+  end
+  return p, at, rec
+end
+
 -- sem_keep makes keys live at least until the server clock reads at, now being now.
 local function sem_keep(keys, now, at)
   for _, k in ipairs(keys) do

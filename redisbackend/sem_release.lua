@@ -8,15 +8,9 @@
 -- hold released already leaves the count unchanged, so a retried release is harmless.
 local owner, hold = ARGV[1], sem_hold(ARGV[2])
 local now = sem_now()
-local at = tonumber(redis.call('ZSCORE', KEYS[2], owner) or '0')
-local mine = redis.call('HGET', KEYS[1], 'o:' .. owner)
-if at <= now or not mine then
-  sem_prune(KEYS[1], KEYS[2], now)
-  return -1
-end
-local p = sem_decode(mine)
+local p, at, mine = sem_mine(KEYS[1], KEYS[2], owner, now)
 if not p then
-  return redis.error_reply(sem_foreign)
+  return at or -1
 end
 if not p.h[hold] then
   return p.c

@@ -5,15 +5,9 @@
 -- Returns 1 when extended, 0 when the owner holds no such permit.
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local now = sem_now()
-local at = tonumber(redis.call('ZSCORE', KEYS[2], owner) or '0')
-local mine = redis.call('HGET', KEYS[1], 'o:' .. owner)
-if at <= now or not mine then
-  sem_prune(KEYS[1], KEYS[2], now)
-  return 0
-end
-local p = sem_decode(mine)
+local p, at = sem_mine(KEYS[1], KEYS[2], owner, now)
 if not p then
-  return redis.error_reply(sem_foreign)
+  return at or 0
 end
 if ARGV[3] ~= '0' and p.t ~= ARGV[3] then
   return 0
