@@ -226,7 +226,7 @@ func (c *Client) undo(lease Lease, hold string) {
 	}
 	c.mu.Unlock()
 	if closed {
-		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Err: ErrClosed})
+		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Err: ErrClosed, Owner: lease.Owner})
 		return
 	}
 	go func() {
@@ -252,7 +252,7 @@ func (c *Client) undo(lease Lease, hold string) {
 				break
 			}
 		}
-		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err})
+		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err, Owner: lease.Owner})
 	}()
 }
 

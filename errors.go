@@ -72,6 +72,9 @@ func (e *HeldError) Error() string {
 // Is reports whether target is ErrNotObtained.
 func (e *HeldError) Is(target error) bool { return target == ErrNotObtained }
 
+// errDeadlinePassed is the cause of a lock lost to its validity deadline.
+var errDeadlinePassed = errors.New("validity deadline passed")
+
 // LimitError is returned when a semaphore is asked for with a limit other than the one its
 // current holders agreed on: contenders that disagree on the limit would otherwise let more
 // holders in than some of them allow. It matches ErrInvalid.

@@ -1,6 +1,7 @@
 package fencelock
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ type hold struct {
 	token       int64
 	watchdog    bool
 	onLost      func(string, error)
+	vctx        context.Context // the context of the Obtain that made the hold, for the observer
 	obtained    time.Time
 	fixedEvery  time.Duration // the renewal interval the caller chose; 0 for TTL/3
 	expiry      *time.Timer   // fires at the deadline; set once, before the hold is shared
@@ -58,7 +60,7 @@ const (
 func (c *Client) newHold(h *hold, r *request, token int64, sent, deadline time.Time, validity time.Duration) {
 	s := &r.s
 	*h = hold{
-		c: c, name: r.name, owner: r.owner, limit: r.limit, token: token, watchdog: !s.noWatchdog,
+		c: c, name: r.name, owner: r.owner, limit: r.limit, token: token, watchdog: !s.noWatchdog, vctx: r.vctx,
 		onLost: s.onLost, obtained: sent, fixedEvery: s.renewEvery,
 		ttl: s.ttl, every: s.every, deadline: deadline, refs: 1,
 		// A lock handed over for a short claim is renewed well within it the first time, and
@@ -120,7 +122,7 @@ func (h *hold) valid() error {
 	if cause != nil || now.Before(deadline) {
 		return cause
 	}
-	h.lose(fmt.Errorf("validity deadline passed %v ago without a confirmed renewal", now.Sub(deadline)))
+	h.lose(fmt.Errorf("%w %v ago without a confirmed renewal", errDeadlinePassed, now.Sub(deadline)))
 	return h.err()
 }
 
@@ -139,7 +141,7 @@ func (h *hold) expire() {
 	}
 	late := now.Sub(h.deadline)
 	h.mu.Unlock()
-	h.lose(fmt.Errorf("validity deadline passed %v ago without a confirmed renewal", late))
+	h.lose(fmt.Errorf("%w %v ago without a confirmed renewal", errDeadlinePassed, late))
 }
 
 // setDeadline moves the deadline and its timer; h.mu is held.
@@ -242,7 +244,7 @@ func (h *hold) lose(reason error) {
 	for _, lc := range handles {
 		lc.cancel(h.cause)
 	}
-	h.c.emit(Event{Kind: EventLost, Name: h.name, Token: h.token, Duration: h.c.now().Sub(h.obtained), Err: h.cause})
+	h.c.emit(Event{Kind: EventLost, Name: h.name, Token: h.token, Duration: h.c.now().Sub(h.obtained), Err: h.cause, Owner: h.owner, Context: h.vctx})
 	if h.onLost != nil {
 		h.onLost(h.name, h.cause)
 	}

@@ -150,7 +150,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 			return h.err()
 		}
 		l.c.dog.rescheduled(h, renewAt)
-		l.c.emit(Event{Kind: EventRenewed, Name: h.name, Token: h.token, Duration: l.c.now().Sub(sent)})
+		l.c.emit(Event{Kind: EventRenewed, Name: h.name, Token: h.token, Duration: l.c.now().Sub(sent), Owner: h.owner, Context: ctx})
 		return nil
 	case errors.Is(err, ErrNotHeld):
 		h.lose(err)
@@ -189,8 +189,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
+	sent := l.c.now()
 	err := l.c.release(ctx, h.lease(), l.hold)
-	l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: l.c.now().Sub(h.obtained), Err: err})
+	now := l.c.now()
+	l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: now.Sub(h.obtained), Err: err, Owner: h.owner, Context: ctx, Took: now.Sub(sent)})
 	return err
 }
 

@@ -2,6 +2,7 @@ package fencelock
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 )
@@ -63,6 +64,61 @@ type Event struct {
 	Token    int64
 	Duration time.Duration
 	Err      error
+	// Owner is the owner ID of the hold the event is about, when there is one: with Token it
+	// names the hold.
+	Owner string
+	// Context is the context of the call the event belongs to — the Obtain or TryObtain
+	// (EventObtained, EventNotObtained, EventWaited), the Refresh (its EventRenewed), the
+	// Release (EventReleased) — or, for a loss, of the Obtain that made the hold; nil for the
+	// watchdog's renewals and the clean-up, which no caller waits for. A span or a log line
+	// can be parented to it.
+	Context context.Context
+	// Took is, for EventReleased, how long the Release call took (Duration is how long the
+	// lock was held).
+	Took time.Duration
+}
+
+// Outcome names how an Obtain or TryObtain ended, for a metric's label: "obtained", "held"
+// (held elsewhere at the last attempt), "timeout" (its context ended) or "error".
+func (e Event) Outcome() string {
+	var held *HeldError
+	switch {
+	case e.Kind == EventObtained:
+		return "obtained"
+	case errors.Is(e.Err, context.DeadlineExceeded), errors.Is(e.Err, context.Canceled):
+		return "timeout"
+	case errors.As(e.Err, &held), errors.Is(e.Err, ErrNotObtained):
+		return "held"
+	}
+	return "error"
+}
+
+// Cause names why a lock was lost (EventLost), for a metric's label: "deadline" (no renewal
+// confirmed before the validity deadline), "store" (the store no longer had it), "closed" (the
+// Client was closed) or "other".
+func (e Event) Cause() string {
+	switch {
+	case errors.Is(e.Err, ErrClosed):
+		return "closed"
+	case errors.Is(e.Err, errDeadlinePassed):
+		return "deadline"
+	case errors.Is(e.Err, ErrNotHeld):
+		return "store"
+	}
+	return "other"
+}
+
+// Result names how a Release ended (EventReleased), for a metric's label: "ok", "not_held"
+// (it had expired or been taken, or was lost) or "error" (unknown outcome: retried in the
+// background).
+func (e Event) Result() string {
+	switch {
+	case e.Err == nil:
+		return "ok"
+	case errors.Is(e.Err, ErrNotHeld), errors.Is(e.Err, ErrLost):
+		return "not_held"
+	}
+	return "error"
 }
 
 func slogObserver(h slog.Handler) func(Event) {

@@ -141,7 +141,7 @@ func (c *Client) waitForRelease(ctx context.Context, r *request) (*Lock, error) 
 		case <-ctx.Done():
 			return nil, err
 		}
-		c.emit(Event{Kind: EventWaited, Name: r.name, Duration: c.now().Sub(slept)})
+		c.emit(Event{Kind: EventWaited, Name: r.name, Duration: c.now().Sub(slept), Owner: r.owner, Context: r.vctx})
 		if lock, err = c.attempt(ctx, r, nil); err == nil || !retryable(err) {
 			return lock, err
 		}
@@ -267,10 +267,10 @@ func (c *Client) grant(r *request, holdID string, start time.Time, g Grant) (*Lo
 
 func (c *Client) obtained(r *request, start time.Time, lock *Lock, err error) (*Lock, error) {
 	if err != nil {
-		c.emit(Event{Kind: EventNotObtained, Name: r.name, Duration: c.now().Sub(start), Err: err})
+		c.emit(Event{Kind: EventNotObtained, Name: r.name, Duration: c.now().Sub(start), Err: err, Owner: r.owner, Context: r.vctx})
 		return nil, err
 	}
-	c.emit(Event{Kind: EventObtained, Name: r.name, Token: lock.h.token, Duration: c.now().Sub(start)})
+	c.emit(Event{Kind: EventObtained, Name: r.name, Token: lock.h.token, Duration: c.now().Sub(start), Owner: r.owner, Context: r.vctx})
 	return lock, nil
 }
 

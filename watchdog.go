@@ -256,14 +256,14 @@ func (w *watchdog) renew(batch []*hold, done chan struct{}) {
 		switch {
 		case r.Err == nil:
 			if _, ok := h.renewed(sent, leases[i].TTL, r.Validity, false); ok {
-				w.c.emit(Event{Kind: EventRenewed, Name: h.name, Token: h.token, Duration: took})
+				w.c.emit(Event{Kind: EventRenewed, Name: h.name, Token: h.token, Duration: took, Owner: h.owner})
 			}
 		case errors.Is(r.Err, ErrNotHeld):
 			h.lose(r.Err)
 		default:
 			h.retrySoon()
 			if h.err() == nil {
-				w.c.emit(Event{Kind: EventRenewFailed, Name: h.name, Token: h.token, Duration: took, Err: r.Err})
+				w.c.emit(Event{Kind: EventRenewFailed, Name: h.name, Token: h.token, Duration: took, Err: r.Err, Owner: h.owner})
 			}
 		}
 		h.unclaim(done)

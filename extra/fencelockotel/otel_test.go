@@ -1,0 +1,146 @@
+package fencelockotel
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+// Spans and metrics of real obtains, a refresh, a loss and releases against a real Redis, read
+// back from the SDK's in-memory span recorder and a manual metric reader.
+func TestSpansAndMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
+	o, err := New(WithTracerProvider(tp), WithMeterProvider(mp), WithBackend("redis"), WithNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := testserver.StartRedis(t)
+	rdb := server.ClientT(t)
+	b := redisbackend.New(rdb)
+	t.Cleanup(func() { _ = b.Close() })
+	c := fencelock.New(b, fencelock.WithObserver(o.Observe))
+	t.Cleanup(func() { _ = c.Close() })
+
+	// The caller's span: Obtain, Refresh and Release are its children.
+	rctx, request := tp.Tracer("test").Start(ctx, "request")
+	lock, err := c.Obtain(rctx, "order:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Refresh(rctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(rctx); err != nil {
+		t.Fatal(err)
+	}
+	request.End()
+	// A loss: the key deleted behind the holder's back.
+	lost, err := c.Obtain(ctx, "order:2", fencelock.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, b.Key("order:2")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("never lost")
+	}
+	if err := lost.Release(ctx); !errors.Is(err, fencelock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+
+	byName := map[string][]sdktrace.ReadOnlySpan{}
+	for _, s := range spans.Ended() {
+		byName[s.Name()] = append(byName[s.Name()], s)
+	}
+	parent := request.SpanContext().SpanID()
+	for _, name := range []string{"fencelock.Obtain", "fencelock.Refresh", "fencelock.Release"} {
+		ss := byName[name]
+		if len(ss) == 0 {
+			t.Fatalf("no %s span; spans: %v", name, byName)
+		}
+		s := ss[0]
+		if s.Parent().SpanID() != parent {
+			t.Errorf("%s is not a child of the caller's span", name)
+		}
+		if !has(s.Attributes(), attribute.Int64("fencelock.token", lock.Token())) || !has(s.Attributes(), attribute.String("fencelock.lock", "order:1")) ||
+			!has(s.Attributes(), attribute.String("fencelock.backend", "redis")) {
+			t.Errorf("%s attributes: %v", name, s.Attributes())
+		}
+		if !s.EndTime().After(s.StartTime()) && name != "fencelock.Release" {
+			t.Errorf("%s has no duration: %v to %v", name, s.StartTime(), s.EndTime())
+		}
+	}
+	lostSpans := byName["fencelock.Lost"]
+	if len(lostSpans) != 1 || lostSpans[0].Status().Code != codes.Error || !has(lostSpans[0].Attributes(), attribute.String("fencelock.cause", "store")) {
+		t.Errorf("the loss's span: %v", lostSpans)
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]metricdata.Aggregation{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			got[m.Name] = m.Data
+		}
+	}
+	if h, ok := got["fencelock.obtain.duration"].(metricdata.Histogram[float64]); !ok || count(h) != 2 {
+		t.Errorf("fencelock.obtain.duration: %+v", got["fencelock.obtain.duration"])
+	}
+	if s, ok := got["fencelock.losses"].(metricdata.Sum[int64]); !ok || total(s) != 1 {
+		t.Errorf("fencelock.losses: %+v", got["fencelock.losses"])
+	}
+	if s, ok := got["fencelock.locks.held"].(metricdata.Sum[int64]); !ok || total(s) != 0 {
+		t.Errorf("fencelock.locks.held after every release: %+v", got["fencelock.locks.held"])
+	}
+	if s, ok := got["fencelock.releases"].(metricdata.Sum[int64]); !ok || total(s) != 2 {
+		t.Errorf("fencelock.releases: %+v", got["fencelock.releases"])
+	}
+}
+
+func has(attrs []attribute.KeyValue, kv attribute.KeyValue) bool {
+	for _, a := range attrs {
+		if a == kv {
+			return true
+		}
+	}
+	return false
+}
+
+func count(h metricdata.Histogram[float64]) uint64 {
+	var n uint64
+	for _, p := range h.DataPoints {
+		n += p.Count
+	}
+	return n
+}
+
+func total(s metricdata.Sum[int64]) int64 {
+	var n int64
+	for _, p := range s.DataPoints {
+		n += p.Value
+	}
+	return n
+}

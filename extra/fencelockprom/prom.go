@@ -1,0 +1,133 @@
+// Package fencelockprom exports what a fencelock Client does as Prometheus metrics, fed by the
+// Client's observer:
+//
+//	metrics := fencelockprom.New(fencelockprom.WithBackend("redis"))
+//	prometheus.MustRegister(metrics)
+//	locker := fencelock.New(backend, fencelock.WithObserver(metrics.Observe))
+//
+// Lock names are unbounded, so they are no label unless WithName maps each to one of a bounded
+// set (an order ID stripped from "order:10086", say). It is a module of its own, so that
+// fencelock itself never depends on client_golang.
+package fencelockprom
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelock/fencelock"
+)
+
+// Metrics is a prometheus.Collector of one or more Clients' events. Its Observe is safe for
+// concurrent use.
+type Metrics struct {
+	backend string
+	name    func(string) string
+
+	obtain   *prometheus.HistogramVec // outcome
+	waited   *prometheus.HistogramVec
+	held     *prometheus.HistogramVec // how it ended: released, lost
+	holding  *prometheus.GaugeVec
+	renewals *prometheus.CounterVec // result
+	losses   *prometheus.CounterVec // cause
+	releases *prometheus.CounterVec // result
+	cleanups *prometheus.CounterVec // result
+}
+
+// Option configures Metrics.
+type Option func(*Metrics)
+
+// WithBackend sets the backend label of every metric ("redis", "etcd", ...). Default: empty.
+func WithBackend(name string) Option { return func(m *Metrics) { m.backend = name } }
+
+// WithName adds a lock label to every metric, the value fn maps each lock name to. fn must
+// map the names to a bounded set of values: every distinct value is a time series of its own.
+func WithName(fn func(name string) string) Option { return func(m *Metrics) { m.name = fn } }
+
+// New returns Metrics; register them with a prometheus.Registerer.
+func New(opts ...Option) *Metrics {
+	m := &Metrics{}
+	for _, o := range opts {
+		o(m)
+	}
+	labels := func(extra ...string) []string {
+		l := []string{"backend"}
+		if m.name != nil {
+			l = append(l, "lock")
+		}
+		return append(l, extra...)
+	}
+	buckets := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	m.obtain = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "fencelock", Name: "obtain_seconds",
+		Help: "Time from an Obtain or TryObtain call to its return, waiting included, by outcome: obtained, held (elsewhere, at the last attempt), timeout (the context ended), error.", Buckets: buckets},
+		labels("outcome"))
+	m.waited = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "fencelock", Name: "wait_seconds",
+		Help: "How long a waiter slept before it was woken, by a release or its timer, and tried again.", Buckets: buckets}, labels())
+	m.held = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "fencelock", Name: "hold_seconds",
+		Help: "How long a lock was held, by how it ended: released or lost.", Buckets: append(buckets, 60, 300, 1800)}, labels("end"))
+	m.holding = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "fencelock", Name: "locks_held",
+		Help: "Locks obtained and not yet released or lost (a reentrant hold counts once per Obtain)."}, labels())
+	m.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "renewals_total",
+		Help: "Renewals by the watchdog or Refresh, by result: ok, or failed (outcome unknown; tried again)."}, labels("result"))
+	m.losses = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "losses_total",
+		Help: "Locks lost, by cause: deadline (no renewal confirmed in time), store (the store no longer had it), closed (the Client was closed), other."}, labels("cause"))
+	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "releases_total",
+		Help: "Releases, by result: ok, not_held (expired or taken by another), error (retried in the background)."}, labels("result"))
+	m.cleanups = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "cleanups_total",
+		Help: "Acquisitions that may have reached the store but were not handed out, undone in the background, by result: ok, or failed (the lock expires by its TTL)."}, labels("result"))
+	return m
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.obtain, m.waited, m.held, m.holding, m.renewals, m.losses, m.releases, m.cleanups}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+}
+
+// Observe records e; give it to fencelock.WithObserver.
+func (m *Metrics) Observe(e fencelock.Event) {
+	l := []string{m.backend}
+	if m.name != nil {
+		l = append(l, m.name(e.Name))
+	}
+	with := func(v ...string) []string { return append(l[:len(l):len(l)], v...) }
+	secs := e.Duration.Seconds()
+	switch e.Kind {
+	case fencelock.EventObtained:
+		m.obtain.WithLabelValues(with(e.Outcome())...).Observe(secs)
+		m.holding.WithLabelValues(l...).Inc()
+	case fencelock.EventNotObtained:
+		m.obtain.WithLabelValues(with(e.Outcome())...).Observe(secs)
+	case fencelock.EventWaited:
+		m.waited.WithLabelValues(l...).Observe(secs)
+	case fencelock.EventRenewed:
+		m.renewals.WithLabelValues(with("ok")...).Inc()
+	case fencelock.EventRenewFailed:
+		m.renewals.WithLabelValues(with("failed")...).Inc()
+	case fencelock.EventLost:
+		m.losses.WithLabelValues(with(e.Cause())...).Inc()
+		m.held.WithLabelValues(with("lost")...).Observe(secs)
+	case fencelock.EventReleased:
+		if e.Err == nil {
+			m.held.WithLabelValues(with("released")...).Observe(secs)
+		}
+		m.releases.WithLabelValues(with(e.Result())...).Inc()
+		m.holding.WithLabelValues(l...).Dec()
+	case fencelock.EventCleanup:
+		result := "ok"
+		if e.Err != nil {
+			result = "failed"
+		}
+		m.cleanups.WithLabelValues(with(result)...).Inc()
+	}
+}

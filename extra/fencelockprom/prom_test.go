@@ -1,0 +1,246 @@
+package fencelockprom
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisbackend"
+)
+
+// The metrics of real obtains, waits, renewals, a loss and releases against a real Redis, read
+// back from a registry scraped over HTTP.
+func TestMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	server := testserver.StartRedis(t)
+	rdb := server.ClientT(t)
+	m := New(WithBackend("redis"), WithName(func(name string) string { kind, _, _ := strings.Cut(name, ":"); return kind }))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	b := redisbackend.New(rdb)
+	t.Cleanup(func() { _ = b.Close() })
+	c := fencelock.New(b, fencelock.WithObserver(m.Observe))
+	t.Cleanup(func() { _ = c.Close() })
+	other := fencelock.New(redisbackend.New(rdb))
+	t.Cleanup(func() { _ = other.Close() })
+
+	// Obtained, held for a few renewals, released.
+	lock, err := c.Obtain(ctx, "order:1", fencelock.WithTTL(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Held elsewhere: one attempt, then a wait that times out.
+	held, err := other.Obtain(ctx, "order:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryObtain(ctx, "order:2"); !errors.Is(err, fencelock.ErrNotObtained) {
+		t.Fatal(err)
+	}
+	short, scancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = c.Obtain(short, "order:2")
+	scancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a wait that ran out: %v", err)
+	}
+	_ = held.Release(ctx)
+	// Lost: its key deleted behind its back.
+	lost, err := c.Obtain(ctx, "job:nightly", fencelock.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, b.Key("job:nightly")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lock whose key was deleted was never lost")
+	}
+	if err := lost.Release(ctx); !errors.Is(err, fencelock.ErrNotHeld) {
+		t.Fatalf("release of a lost lock: %v", err)
+	}
+
+	for _, tc := range []struct {
+		metric prometheus.Collector
+		want   float64
+	}{
+		{m.renewals.WithLabelValues("redis", "order", "ok"), -1}, // at least one
+		{m.releases.WithLabelValues("redis", "order", "ok"), 1},
+		{m.releases.WithLabelValues("redis", "job", "not_held"), 1},
+		{m.losses.WithLabelValues("redis", "job", "store"), 1},
+		{m.holding.WithLabelValues("redis", "order"), 0},
+		{m.holding.WithLabelValues("redis", "job"), 0},
+	} {
+		got := testutil.ToFloat64(tc.metric)
+		if (tc.want < 0 && got < 1) || (tc.want >= 0 && got != tc.want) {
+			t.Errorf("%v: %v, want %v", desc(tc.metric), got, tc.want)
+		}
+	}
+	for outcome, want := range map[string]uint64{"obtained": 1, "held": 1, "timeout": 1} {
+		if n := histogramCount(t, m.obtain.WithLabelValues("redis", "order", outcome)); n != want {
+			t.Errorf("obtain_seconds{outcome=%q}: %d observations, want %d", outcome, n, want)
+		}
+	}
+
+	// The exposition, scraped as Prometheus would.
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	for _, want := range []string{
+		`fencelock_obtain_seconds_count{backend="redis",lock="order",outcome="obtained"} 1`,
+		`fencelock_losses_total{backend="redis",cause="store",lock="job"} 1`,
+		`fencelock_hold_seconds_count{backend="redis",end="lost",lock="job"} 1`,
+		`# TYPE fencelock_locks_held gauge`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("the scrape lacks %q:\n%s", want, body)
+		}
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// Without WithName, no metric has a lock label: names are unbounded.
+func TestNoNameLabel(t *testing.T) {
+	m := New()
+	m.Observe(fencelock.Event{Kind: fencelock.EventObtained, Name: "order:10086", Duration: time.Millisecond})
+	m.Observe(fencelock.Event{Kind: fencelock.EventLost, Name: "order:10086", Err: fencelock.ErrClosed})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "lock" || strings.Contains(l.GetValue(), "10086") {
+					t.Errorf("%s has label %s=%q", f.GetName(), l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+	if got := testutil.ToFloat64(m.losses.WithLabelValues("", "closed")); got != 1 {
+		t.Errorf("losses_total{cause=closed}: %v", got)
+	}
+}
+
+func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 1)
+	o.(prometheus.Histogram).Collect(ch)
+	var out dto.Metric
+	if err := (<-ch).Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.GetHistogram().GetSampleCount()
+}
+
+func desc(c prometheus.Collector) string {
+	ch := make(chan *prometheus.Desc, 1)
+	c.Describe(ch)
+	return (<-ch).String()
+}
+
+// Every series the Grafana dashboard in docs/ queries is one these metrics export, with the
+// labels it groups by: the dashboard cannot drift from the metrics unseen.
+func TestDashboardQueriesExportedSeries(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	m := New(WithBackend("b"))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	for _, k := range []fencelock.EventKind{fencelock.EventObtained, fencelock.EventNotObtained, fencelock.EventWaited, fencelock.EventRenewed,
+		fencelock.EventLost, fencelock.EventReleased, fencelock.EventCleanup} {
+		m.Observe(fencelock.Event{Kind: k, Name: "x", Duration: time.Millisecond})
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]map[string]bool{} // series name -> its labels
+	for _, f := range families {
+		ls := map[string]bool{"le": true}
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				ls[l.GetName()] = true
+			}
+		}
+		for _, suffix := range []string{"", "_bucket", "_count", "_sum"} {
+			labels[f.GetName()+suffix] = ls
+		}
+	}
+	series := regexp.MustCompile(`fencelock_[a-z_]+`)
+	by := regexp.MustCompile(`by \(([a-z_, ]+)\)`)
+	queries := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			queries++
+			names := series.FindAllString(tg.Expr, -1)
+			if len(names) == 0 {
+				t.Errorf("panel %q: %q queries no fencelock series", p.Title, tg.Expr)
+			}
+			for _, n := range names {
+				ls, ok := labels[n]
+				if !ok {
+					t.Errorf("panel %q queries %s, which is not exported", p.Title, n)
+					continue
+				}
+				for _, g := range by.FindAllStringSubmatch(tg.Expr, -1) {
+					for _, l := range strings.Split(g[1], ",") {
+						if l = strings.TrimSpace(l); !ls[l] {
+							t.Errorf("panel %q groups %s by %q, which it does not have", p.Title, n, l)
+						}
+					}
+				}
+			}
+		}
+	}
+	if queries < 5 {
+		t.Fatalf("the dashboard has %d queries", queries)
+	}
+}
