@@ -17,8 +17,9 @@ local now = sem_now()
 sem_prune(KEYS[1], KEYS[2], now)
 local mine = redis.call('HGET', KEYS[1], 'o:' .. owner)
 if mine and tonumber(redis.call('ZSCORE', KEYS[2], owner) or '0') <= now then
-  -- A record without a live expiry (its expiry was lost) is no permit.
-  sem_drop(KEYS[1], KEYS[2], owner, mine)
+  -- A record without an expiry (the expiries lost it: prune drops expired ones with their
+  -- records) is no permit, and not counted in used, which counts the expiries' members.
+  redis.call('HDEL', KEYS[1], 'o:' .. owner)
   mine = nil
 end
 if mine then
