@@ -22,7 +22,7 @@ import (
 // made by then. A waiter's place lapses min(TTL, 5s) after its last attempt, as in a lock's
 // line.
 
-// semKeys returns a semaphore's permits, expiries, fence counter, line and places' lapse times.
+// semKeys returns a semaphore's permits, expiries, fence counter, line and places.
 func (b *Backend) semKeys(name string) []string {
 	base := b.Key(name) + ":s"
 	return []string{base, base + ":x", base + ":f", base + ":q", base + ":qt"}
