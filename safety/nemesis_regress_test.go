@@ -57,7 +57,7 @@ var nemesisRegressions = []struct {
 		"redlock-3", 320838142, 40 * time.Second, "c: 1, g: 1; replay: c: 2"},
 	// Found in December 2026, second round.
 	{"Redis: a Refresh to a shorter TTL (2s → 400ms) sent to a stopped server left the lock valid for its old TTL until the call failed a second later, so Done closed 666ms past the deadline it then took",
-		"redis", 791579613, 10 * time.Second, "d: 3 (1 of 8 replays); g: 1 in 3 of 10 replays, a checker's false finding (a lock nothing renewed, held past its deadline)"},
+		"redis", 791579613, 10 * time.Second, "d: 3 in 1 of 12 replays; g: 1 in 4 of 12, a checker's false finding (a lock nothing renewed, held past its deadline)"},
 	// Found with the client adapters.
 	{"valkey-go adapter: a Subscribe during the subscription connection's reconnect left a keeper on a connection nobody released; the worker hung in Close",
 		"redis-valkey-go", 391410965, 10 * time.Second, "worker failed: 2 (still running 90s after the run); replay: the same"},
