@@ -156,6 +156,11 @@ func (e *Election) Lead(ctx context.Context, value string, fn func(ctx context.C
 		l, err := e.Campaign(ctx, value)
 		switch {
 		case ctx.Err() != nil:
+			if err == nil {
+				// Won as ctx ended: a term no one runs would be renewed for as long as the
+				// Client lives, and keep every other contender out.
+				_ = l.Resign(context.WithoutCancel(ctx))
+			}
 			return ctx.Err()
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
 			return err

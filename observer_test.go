@@ -48,6 +48,18 @@ func TestObserverGetsCallContextAndHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-short.Context().Done()
+	// The loss is told to the observer after the lock's context ends.
+	waitFor(t, 5*time.Second, "no loss event for one of the two lost locks", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, e := range events {
+			if e.Kind == fencelock.EventLost && (e.Token == short.Token() || e.Token == lock.Token()) {
+				n++
+			}
+		}
+		return n == 2
+	})
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -91,5 +103,32 @@ func TestObserverGetsCallContextAndHold(t *testing.T) {
 		(fencelock.Event{Kind: fencelock.EventNotObtained, Err: &fencelock.HeldError{Name: "x"}}).Outcome() != "held" ||
 		(fencelock.Event{Kind: fencelock.EventNotObtained, Err: errors.New("boom")}).Outcome() != "error" {
 		t.Error("Outcome of a failed obtain")
+	}
+}
+
+// A term won just as Lead's context ends is resigned, not left to the watchdog, which would
+// renew it for as long as the Client lives and keep every other contender out.
+func TestLeadResignsATermWonAsItsContextEnds(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	rdb := singleClient(t)
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	name := lockName(t)
+	b := redisbackend.New(rdb)
+	t.Cleanup(func() { _ = b.Close() })
+	// The observer hears of the grant before Campaign returns it: the context ends right then.
+	c := fencelock.New(b, fencelock.WithObserver(func(e fencelock.Event) {
+		if e.Kind == fencelock.EventObtained && e.Name == name {
+			cancel()
+		}
+	}))
+	t.Cleanup(func() { _ = c.Close() })
+	ran := false
+	err := c.Election(name).Lead(lctx, "v", func(context.Context, int64) error { ran = true; return nil })
+	if !errors.Is(err, context.Canceled) || ran {
+		t.Fatalf("Lead: %v, fn ran: %v", err, ran)
+	}
+	if l, err := c.Election(name).Leader(ctx); err != nil || l.Elected {
+		t.Fatalf("after Lead returned, the election still has a leader: %+v, %v", l, err)
 	}
 }
