@@ -143,6 +143,8 @@ func (b *Backend) acquireRound(ctx context.Context, req fencelock.Request, propo
 		if err := prev.wait(ctx, nd.i); err != nil {
 			return acquireReply{}, err
 		}
+		ctx, cancel := sendContext(ctx)
+		defer cancel()
 		v, err := redisconn.Slice(nd.c.Eval(ctx, acquireScript, keys, req.Owner, req.Hold, ttl, req.Meta, proposal, retention))
 		if err != nil {
 			return acquireReply{}, err
@@ -339,6 +341,8 @@ func (b *Backend) fence(ctx context.Context, req fencelock.Request, r *acquireRo
 			if err := prev.wait(ctx, nd.i); err != nil {
 				return tokenWrite{}, err
 			}
+			ctx, cancel := sendContext(ctx)
+			defer cancel()
 			return writeToken(ctx, nd, keys, req, arg, retention, anew)
 		}, func(rep reply[tokenWrite]) bool {
 			switch {
@@ -449,6 +453,8 @@ func (b *Backend) undo(ctx context.Context, req fencelock.Request, idx []int, ti
 				if prev.wait(ctx, nd.i) != nil || !mine[nd.i] {
 					return
 				}
+				ctx, cancel := sendContext(ctx)
+				defer cancel()
 				_, _ = nd.c.Eval(ctx, releaseScript, keys, req.Owner, req.Hold, nd.announce.Publish, nd.announce.Count)
 			})
 		}

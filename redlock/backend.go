@@ -431,6 +431,15 @@ func (b *Backend) timedOut(ctx context.Context, pending []int) []*NodeError {
 	return out
 }
 
+// sendContext returns the context of a node call sent after waiting for the owner's call
+// before it on the node (flight.wait): nodeLinger from the send, whatever the wait took of
+// ctx. A call sent with only what the wait left was cut off mid-reply, which costs go-redis the
+// connection; under load the new connections' handshakes made the next calls wait and come late
+// in turn, until hardly any reached a majority. Close waits for the call all the same.
+func sendContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), nodeLinger)
+}
+
 // cleanupContext returns a fresh context for the cleanup after a failed operation: not the
 // caller's, which may have ended, but bounded.
 func cleanupContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {

@@ -1,0 +1,89 @@
+package redlock_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redlock"
+)
+
+// A node call that had to wait for the owner's call before it on its node (a release behind
+// the acquisition's call to a slow node) still gets its whole time to answer: sent with only
+// what the wait left of it, it was cut off mid-reply, and go-redis closes a connection whose
+// call ended under it. Under load that made a storm: every new connection's handshake made the
+// next calls late in turn, and no call reached a majority (the nemesis saw 1 grant in 207 calls).
+func TestCallAfterWaitKeepsItsConnection(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	_, as := startNodes(t, 3)
+	slow := testserver.StartProxy(t, as[0])
+	via := slices.Clone(as)
+	via[0] = slow.Addr
+	direct := dial(t, as)
+	b := newBackend(t, dial(t, via), redlock.WithNodeTimeout(100*time.Millisecond))
+	c := newLocker(t, b, fencelock.WithDefaults(fencelock.WithTTL(30*time.Second), fencelock.WithWatchdog(false)))
+	// Warm up: the nodes are seen, a connection each, and the scripts loaded, so that each call
+	// below is one round trip.
+	lock, err := c.TryObtain(ctx, "linger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the warm-up's lock still on a node", func() bool {
+		return slices.Equal(owners(direct, b.Key("linger")), make([]string, 3))
+	})
+	time.Sleep(100 * time.Millisecond) // the last replies are read
+	before := connectionsReceived(ctx, t, direct[0].(*redis.Client))
+
+	// Each round trip to node 0 takes 300 ms: within the 500 ms a call may run on after its
+	// fan-out stopped waiting, but the release's call there waits 300 ms for the acquisition's
+	// call first, and 200 ms would be all it had left.
+	slow.SetDelay(150 * time.Millisecond)
+	lock, err = c.TryObtain(ctx, "linger") // nodes 1 and 2 grant it at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "node 0 still keeps the lock", func() bool {
+		return owners(direct, b.Key("linger"))[0] == ""
+	})
+	time.Sleep(time.Second) // every call to node 0 has landed or been cut off by now
+	slow.SetDelay(0)
+	if _, err := c.Inspect(ctx, "linger"); err != nil {
+		t.Fatal(err)
+	}
+	if after := connectionsReceived(ctx, t, direct[0].(*redis.Client)); after != before {
+		t.Fatalf("node 0 received %d new connections: a call was cut off mid-reply", after-before)
+	}
+}
+
+// connectionsReceived reads the server's count of connections it accepted (INFO stats).
+func connectionsReceived(ctx context.Context, t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(ctx, "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_connections_received:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("INFO stats has no total_connections_received")
+	return 0
+}
