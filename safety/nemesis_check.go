@@ -16,7 +16,7 @@ type nemesisHistory struct {
 	Events  []nemEvent
 	Writes  []storedWrite
 	Faults  []faultRecord
-	Pauses  map[int][]interval // per worker: its SIGSTOPs, each extended by pauseGrace
+	Pauses  map[int][]interval // per worker: its SIGSTOPs, each extended by pauseGrace; check adds its stalls
 	NoTTL   []string           // Redis keys seen without a TTL
 	Exits   []string           // workers that failed or had to be killed
 	// Upstream: workers ended by the race detector for go-zookeeper's own race alone
@@ -64,6 +64,8 @@ type nemesisVerdict struct {
 	Named   int                 // believed-valid overlaps that docs/SAFETY.md names (after a data loss), within bound
 
 	Grants, Writes, Refused, Calls, Lost, Faults int
+	Stalls                                       int           // stretches a worker process ran nothing (watchStalls), outside its SIGSTOPs
+	LongestStall                                 time.Duration // the longest of them, outside its SIGSTOPs
 }
 
 func (v *nemesisVerdict) flag(checker string, worker int, format string, args ...any) {
@@ -113,6 +115,7 @@ func (h *nemesisHistory) check() *nemesisVerdict {
 	if h.Backend == "redis" || h.Backend == "etcd" {
 		v.Found[chkPermits] = 0
 	}
+	h.addStalls(v)
 	h.checkStore(v)
 	grants := h.grantsByName()
 	h.checkOrder(v, grants)
@@ -286,6 +289,49 @@ func (h *nemesisHistory) lostAny(name string, from, to int64) bool {
 		}
 	}
 	return false
+}
+
+// addStalls adds each worker's stalls (watchStalls) to its pauses, as one union of intervals so
+// that a stall within a SIGSTOP counts once.
+func (h *nemesisHistory) addStalls(v *nemesisVerdict) {
+	stalls := map[int][]interval{}
+	for _, e := range h.Events {
+		if e.K != "stall" {
+			continue
+		}
+		stalls[e.W] = append(stalls[e.W], interval{e.Start, e.Ret})
+		// A SIGSTOP of the worker shows as a stall too: the verdict counts what lies outside.
+		if out := time.Duration(e.Ret-e.Start) - h.paused(e.W, e.Start, e.Ret); out > 0 {
+			v.Stalls++
+			v.LongestStall = max(v.LongestStall, out)
+		}
+	}
+	if len(stalls) == 0 {
+		return
+	}
+	merged := map[int][]interval{}
+	for w, p := range h.Pauses {
+		merged[w] = union(p, nil)
+	}
+	for w, st := range stalls {
+		merged[w] = union(merged[w], st)
+	}
+	h.Pauses = merged
+}
+
+// union returns the union of the intervals of a and b, sorted and disjoint.
+func union(a, b []interval) []interval {
+	all := slices.Concat(a, b)
+	slices.SortFunc(all, func(x, y interval) int { return cmp.Compare(x.From, y.From) })
+	var out []interval
+	for _, iv := range all {
+		if n := len(out); n > 0 && iv.From <= out[n-1].To {
+			out[n-1].To = max(out[n-1].To, iv.To)
+			continue
+		}
+		out = append(out, iv)
+	}
+	return out
 }
 
 // paused returns how long worker w was stopped within [from, to].

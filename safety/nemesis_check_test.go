@@ -54,6 +54,9 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 		{chkCall,
 			nemesisHistory{Events: []nemEvent{call(0, 0, 400, 200)}},
 			nemesisHistory{Events: []nemEvent{call(0, 0, 400, 200)}, Pauses: map[int][]interval{0: {{ms(100), ms(250)}}}}},
+		{chkCall, // a stall of the worker process counts like a pause, but once where they overlap
+			nemesisHistory{Events: []nemEvent{call(0, 0, 400, 200), {W: 0, K: "stall", Start: ms(110), Ret: ms(170)}}, Pauses: map[int][]interval{0: {{ms(100), ms(160)}}}},
+			nemesisHistory{Events: []nemEvent{call(0, 0, 400, 200), {W: 0, K: "stall", Start: ms(150), Ret: ms(210)}}, Pauses: map[int][]interval{0: {{ms(100), ms(160)}}}}},
 		{chkLeak,
 			nemesisHistory{Events: []nemEvent{{W: 2, K: "leak", Err: "found unexpected goroutines"}}},
 			nemesisHistory{}},

@@ -116,6 +116,7 @@ func runNemesisWorker(raw string) int {
 	w.misbehave()
 
 	var wg sync.WaitGroup
+	wg.Go(w.watchStalls)
 	for th := range cfg.Threads {
 		wg.Go(func() { w.thread(th) })
 	}
@@ -409,6 +410,35 @@ func (w *nemesisWorker) watchDone(lock *fencelock.Lock, h int64, done <-chan str
 	err := lock.Context().Err()
 	w.out.emit(nemEvent{K: "done", L: h, Name: lock.Name(), Owner: lock.Owner(), Tok: lock.Token(), Ret: at.UnixNano(), Valid: lock.ValidUntil().UnixNano(),
 		Lost: errors.Is(err, fencelock.ErrLost) && !errors.Is(err, fencelock.ErrClosed), Err: errText(err)})
+}
+
+// stallTick is how often watchStalls looks at the clock, and stallMin the lateness of a look
+// it reports as a stall.
+const (
+	stallTick = 5 * time.Millisecond
+	stallMin  = 25 * time.Millisecond
+)
+
+// watchStalls records, until the run ends, the stretches in which this process ran none of its
+// goroutines: a timer due every stallTick that fires more than stallMin late. On a loaded
+// 2-core machine a race-instrumented process can be kept off the CPU (or stopped by its
+// collector) for a hundred milliseconds; the checkers count such a stall like a SIGSTOP of the
+// worker, which the library cannot see either. A goroutine of the library that blocks does not
+// delay this one: it is a stall of the process only.
+func (w *nemesisWorker) watchStalls() {
+	t := time.NewTicker(stallTick)
+	defer t.Stop()
+	last := time.Now()
+	for range t.C {
+		now := time.Now() // not the tick's time: the delay before this goroutine ran counts
+		if late := now.Sub(last) - stallTick; late > stallMin {
+			w.out.emit(nemEvent{K: "stall", Start: last.Add(stallTick).UnixNano(), Ret: now.UnixNano()})
+		}
+		last = now
+		if now.After(w.until) {
+			return
+		}
+	}
 }
 
 // write makes a stamped write to the fenced store if the lock is valid right before it.
