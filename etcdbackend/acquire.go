@@ -82,15 +82,16 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 		Commit()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return fencelock.Grant{}, err
+			return fencelock.Grant{}, err // refused: the put was not made
 		}
+		b.unsure(req, 0)
 		return fencelock.Grant{}, classify(err)
 	}
 	holderKVs := resp.Responses[1].GetResponseRange().Kvs
 	if resp.Succeeded {
 		rev := resp.Header.Revision
 		if len(holderKVs) > 0 && holderKVs[0].CreateRevision == rev {
-			return b.granted(ctx, req.Name, s.id, rev, 1, start, sent)
+			return b.granted(ctx, req, s.id, rev, 1, start, sent)
 		}
 		if !queue {
 			b.leave(ctx, req, rev)
@@ -101,7 +102,7 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 			b.leave(ctx, req, rev)
 			return fencelock.Grant{}, err
 		}
-		return b.granted(ctx, req.Name, s.id, rev, 1, start, sent)
+		return b.granted(ctx, req, s.id, rev, 1, start, sent)
 	}
 
 	// The owner has a key already: a reentrant acquisition, or the retry of one whose outcome
@@ -136,7 +137,7 @@ func (b *Backend) reenter(ctx context.Context, req fencelock.Request, p place, k
 			return fencelock.Grant{}, err
 		}
 		if h.has(hold) {
-			return b.granted(ctx, req.Name, clientv3.LeaseID(kv.Lease), kv.CreateRevision, len(h), start, sent)
+			return b.granted(ctx, req, clientv3.LeaseID(kv.Lease), kv.CreateRevision, len(h), start, sent)
 		}
 		h = append(h, entry(hold, req.Weight))
 		sent = time.Now()
@@ -147,10 +148,11 @@ func (b *Backend) reenter(ctx context.Context, req fencelock.Request, p place, k
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
+			b.unsure(req, kv.CreateRevision)
 			return fencelock.Grant{}, classify(err)
 		}
 		if resp.Succeeded {
-			return b.granted(ctx, req.Name, clientv3.LeaseID(kv.Lease), kv.CreateRevision, len(h), start, sent)
+			return b.granted(ctx, req, clientv3.LeaseID(kv.Lease), kv.CreateRevision, len(h), start, sent)
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || kvs[0].CreateRevision != kv.CreateRevision {
@@ -160,15 +162,17 @@ func (b *Backend) reenter(ctx context.Context, req fencelock.Request, p place, k
 	}
 }
 
-// granted is the grant of a lock whose key is on lease and was made or found in place by the
-// request sent at sent: the store keeps it while the lease lives.
-func (b *Backend) granted(ctx context.Context, name string, lease clientv3.LeaseID, rev int64, count int, start, sent time.Time) (fencelock.Grant, error) {
-	until, err := b.leaseUntil(ctx, name, lease)
-	if err != nil {
-		return fencelock.Grant{}, err
+// granted is the grant of req's hold in the key made at rev, on lease, made or found in place
+// by the request sent at sent: the store keeps it while the lease lives. A grant it cannot
+// vouch for is not handed out, and the hold's release is owed.
+func (b *Backend) granted(ctx context.Context, req fencelock.Request, lease clientv3.LeaseID, rev int64, count int, start, sent time.Time) (fencelock.Grant, error) {
+	until, err := b.leaseUntil(ctx, req.Name, lease)
+	if err == nil && !until.After(sent) {
+		err = fmt.Errorf("%w: nothing vouches for the lease of %q beyond the grant", fencelock.ErrUnavailable, req.Name)
 	}
-	if !until.After(sent) {
-		return fencelock.Grant{}, fmt.Errorf("%w: nothing vouches for the lease of %q beyond the grant", fencelock.ErrUnavailable, name)
+	if err != nil {
+		b.unsure(req, rev)
+		return fencelock.Grant{}, err
 	}
 	return fencelock.Grant{Token: rev, Count: count, Validity: until.Sub(sent), Elapsed: sent.Sub(start)}, nil
 }
@@ -180,15 +184,28 @@ func held(name string) error { return &fencelock.HeldError{Name: name} }
 // leave takes a waiter's hold, in the key made at rev, out of line: under ctx while it lasts,
 // else, or when that fails, by the settler at once, so that the caller returns by its deadline.
 func (b *Backend) leave(ctx context.Context, req fencelock.Request, rev int64) {
-	lease := fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}
 	if ctx.Err() == nil {
-		_, err := b.release(ctx, lease, req.Hold, rev)
+		_, err := b.release(ctx, leaseOf(req), req.Hold, rev)
 		if err == nil || errors.Is(err, fencelock.ErrNotHeld) || errors.Is(err, fencelock.ErrInvalid) {
 			return
 		}
 	}
-	b.owe(owed{lease: lease, hold: req.Hold, rev: rev})
+	b.unsure(req, rev)
+}
+
+// unsure owes the release of req's hold, in the key made at rev (0: whichever key the owner
+// has), after an acquisition that failed with its outcome unknown: its put may have been
+// applied with the reply lost, or its grant could not be vouched for. Left alone, the key would
+// sit on a lease this Backend keeps alive, holding the lock or a place in line for no one until
+// the Backend closed, unless the caller undid the acquisition (the Client does; a caller of
+// the Backend's own may not). A release of a hold that is not there is done at once.
+func (b *Backend) unsure(req fencelock.Request, rev int64) {
+	b.owe(owed{lease: leaseOf(req), hold: req.Hold, rev: rev})
 	b.settleSoon()
+}
+
+func leaseOf(req fencelock.Request) fencelock.Lease {
+	return fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}
 }
 
 // waitTurn waits until no key of the queue was created before the waiter's, watching only the

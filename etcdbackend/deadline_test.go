@@ -77,3 +77,44 @@ func TestCloseOverCutLink(t *testing.T) {
 		t.Fatalf("Close over a cut link took %v: one revoke timeout per lease", took.Round(time.Millisecond))
 	}
 }
+
+// An acquisition whose reply was lost (the link went silent after etcd applied its put) leaves
+// no key in line: the Backend owes the release of its hold and makes it once etcd answers. It
+// used to leave the key on the lease it keeps alive, a place in line kept for no one until the
+// Backend closed, unless its caller undid the acquisition.
+func TestLostEnqueueReplyLeavesNoKey(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	hb, cli := newBackend(t, etcd)
+	const name = "lost-enqueue-reply"
+	lock, err := newLocker(t, hb).Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	proxy := testserver.StartProxy(t, strings.TrimPrefix(etcd.Endpoints[0], "http://"))
+	wb := etcdbackend.New(etcd.ClientOf(t, "http://"+proxy.Addr))
+	t.Cleanup(func() { _ = wb.Close() })
+	t.Cleanup(proxy.Restore)
+	// The lease of this TTL is granted before the link slows down, and outlives the silence
+	// below: its keep-alives resume after it.
+	ttl := 5 * time.Second
+	if _, err := wb.Acquire(ctx, fencelock.Request{Name: name + "-lease", Owner: "o", TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetDelay(300 * time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := wb.AcquireQueued(short, fencelock.Request{Name: name, Owner: "waiter", Hold: "h1", TTL: ttl})
+		done <- err
+	}()
+	waitKeys(t, cli, hb, name, 2) // etcd applied the put; its reply is 300 ms away
+	proxy.Blackhole()
+	if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AcquireQueued with its reply lost: %v, want the deadline's error", err)
+	}
+	proxy.SetDelay(0)
+	proxy.Restore()
+	waitKeys(t, cli, hb, name, 1)
+}

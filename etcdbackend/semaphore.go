@@ -97,8 +97,9 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 		Commit()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return fencelock.Grant{}, err
+			return fencelock.Grant{}, err // refused: the put was not made
 		}
+		b.unsure(req, 0)
 		return fencelock.Grant{}, classify(err)
 	}
 	queued := resp.Responses[1].GetResponseRange().Kvs
@@ -113,7 +114,7 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 				b.leave(ctx, req, rev)
 				return fencelock.Grant{}, err
 			}
-			return b.granted(ctx, req.Name, s.id, rev, 1, start, sent)
+			return b.granted(ctx, req, s.id, rev, 1, start, sent)
 		}
 		if !queue {
 			b.leave(ctx, req, rev)
@@ -124,7 +125,7 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 			b.leave(ctx, req, rev)
 			return fencelock.Grant{}, err
 		}
-		return b.granted(ctx, req.Name, s.id, rev, 1, start, sent)
+		return b.granted(ctx, req, s.id, rev, 1, start, sent)
 	}
 
 	// The owner has a key already: a reentrant acquisition, or the retry of one whose outcome
