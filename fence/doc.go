@@ -71,6 +71,20 @@
 // holder's write. At every level, no token older than one already
 // committed ever writes after it.
 //
+// # A paused holder
+//
+// The row lock that orders two checks lasts until the transaction ends, so
+// a holder paused inside its transaction (GC, swapping, SIGSTOP) holds up
+// every other holder of the resource for the whole pause, whatever the
+// lock's TTL. SQL.WithBounds bounds both sides, for the transaction only:
+// the lock wait (PostgreSQL's lock_timeout; past it Check fails with an
+// error matching ErrBusy) and the idle time between statements
+// (idle_in_transaction_session_timeout; past it the server ends the paused
+// session, its row lock with it, and nothing of its transaction is
+// committed). Set idle_in_transaction_session_timeout in postgresql.conf to
+// bound every session of every client the same way. Fencing still decides
+// which write wins: the bounds only end waits.
+//
 // # Keeping the token in your own row
 //
 // With SQL you can also skip the token table and keep the token in a

@@ -17,6 +17,11 @@ var ErrStale = errors.New("fence: stale token")
 // with detail; test for it with errors.Is.
 var ErrInvalid = errors.New("fence: invalid argument")
 
+// ErrBusy is matched by the error of a Check that waited for the resource's row longer than
+// the lock wait of SQL.WithBounds: another transaction holds the row and has not ended. Nothing
+// was written; try again later, or give up the work.
+var ErrBusy = errors.New("fence: the resource's row is locked by another transaction")
+
 // ErrNotFound is the error of Redis.Get for a key that holds no value. The error matches
 // redis.Nil too, as it did before ErrNotFound was added.
 var ErrNotFound = errors.New("fence: no value stored")

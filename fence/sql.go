@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // DefaultTable is the token table used by the zero SQL and by NewSQL("").
@@ -51,6 +53,8 @@ var (
 // table. A SQL holds no connection and is safe for concurrent use.
 type SQL struct {
 	table string // quoted, validated table name; "" means DefaultTable
+	// lockWait and idle are the bounds of WithBounds; 0 leaves the server's setting.
+	lockWait, idle time.Duration
 }
 
 // NewSQL returns a guard using the given table, or DefaultTable if table
@@ -100,6 +104,76 @@ func isIdent(s string) bool {
 		}
 	}
 	return true
+}
+
+// WithBounds returns a copy of s whose Update (and Bound) limits how long one holder's
+// transaction holds up the others. Without them a holder paused inside Update — by its
+// collector, a swap, a stop — keeps its resource's row locked for the whole pause, and every
+// other instance's Check for that resource waits as long: a pause of 6 s under a 2 s lock TTL
+// stalls them all 6 s.
+//
+//   - lockWait bounds how long Check waits for a row that another transaction holds
+//     (PostgreSQL's lock_timeout, for this transaction only). Past it, Check fails with an
+//     error matching ErrBusy and nothing is written.
+//   - idle bounds how long the transaction may sit between two statements, as a paused holder
+//     does, before the server ends its session (idle_in_transaction_session_timeout, for this
+//     transaction only). The row lock ends with it and nothing of the transaction is
+//     committed; the holder's next statement, or its commit, fails. Make it longer than any
+//     work write does between its statements.
+//
+// Zero leaves a bound to the server's setting (off by default); a negative one makes Update
+// fail with an error matching ErrInvalid. Neither bounds a single slow statement: use the
+// context's deadline for that, which database/sql drivers honour by cancelling the statement.
+// Server-wide, idle_in_transaction_session_timeout in postgresql.conf bounds every session
+// the same way, whatever the client.
+func (s SQL) WithBounds(lockWait, idle time.Duration) *SQL {
+	s.lockWait, s.idle = lockWait, idle
+	return &s
+}
+
+// Bound sets the bounds of WithBounds on tx, the caller's transaction, for what it has left to
+// run: call it first when you use Check in a transaction of your own. Update calls it. With
+// neither bound set it does nothing.
+func (s *SQL) Bound(ctx context.Context, tx Tx) error {
+	if err := checkExecer(tx); err != nil {
+		return err
+	}
+	if err := s.checkBounds(); err != nil {
+		return err
+	}
+	var set []string
+	var args []any
+	for _, b := range s.bounds() {
+		if b.d > 0 {
+			args = append(args, strconv.FormatInt(max(b.d.Milliseconds(), 1), 10))
+			set = append(set, fmt.Sprintf("set_config('%s', $%d, true)", b.guc, len(args)))
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, "SELECT "+strings.Join(set, ", "), args...); err != nil {
+		return fmt.Errorf("fence: set the transaction's bounds: %w", err)
+	}
+	return nil
+}
+
+type bound struct {
+	guc string // the server setting it sets
+	d   time.Duration
+}
+
+func (s *SQL) bounds() [2]bound {
+	return [2]bound{{"lock_timeout", s.lockWait}, {"idle_in_transaction_session_timeout", s.idle}}
+}
+
+func (s *SQL) checkBounds() error {
+	for _, b := range s.bounds() {
+		if b.d < 0 {
+			return fmt.Errorf("%w: %s %v: want 0 (the server's setting) or more", ErrInvalid, b.guc, b.d)
+		}
+	}
+	return nil
 }
 
 // Table returns the quoted table name used in the statements.
@@ -187,6 +261,9 @@ func (s *SQL) Check(ctx context.Context, tx Tx, resource string, token int64) er
 ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
 WHERE f.token <= EXCLUDED.token`, resource, token)
 	if err != nil {
+		if sqlState(err) == "55P03" { // lock_not_available: the lock wait ran out
+			return fmt.Errorf("fence: check token %d for resource %q: %w for longer than the lock wait: %w", token, resource, ErrBusy, err)
+		}
 		return fmt.Errorf("fence: check token %d for resource %q: %w", token, resource, err)
 	}
 	n, err := res.RowsAffected()
@@ -229,9 +306,15 @@ func (s *SQL) Latest(ctx context.Context, db Execer, resource string) (int64, er
 // with a SQLState method (lib/pq, pgx). Under REPEATABLE READ and
 // SERIALIZABLE, Check and Commit return it when a concurrent transaction got
 // in first: run the whole transaction again, do not take it for a refusal.
-func IsSerializationFailure(err error) bool {
+func IsSerializationFailure(err error) bool { return sqlState(err) == "40001" }
+
+// sqlState returns the SQLSTATE of a driver's error that tells it (lib/pq, pgx), or "".
+func sqlState(err error) string {
 	var e interface{ SQLState() string }
-	return errors.As(err, &e) && e.SQLState() == "40001"
+	if errors.As(err, &e) {
+		return e.SQLState()
+	}
+	return ""
 }
 
 // Update runs write in a new transaction on db after Check has accepted
@@ -243,7 +326,8 @@ func IsSerializationFailure(err error) bool {
 // guard. A nil db or write gives an error wrapping ErrInvalid. The
 // transaction has the database's default isolation level; when that is
 // REPEATABLE READ or SERIALIZABLE, call Update again when it returns an
-// error for which IsSerializationFailure is true.
+// error for which IsSerializationFailure is true. WithBounds bounds how long the transaction
+// can hold up other holders.
 func (s *SQL) Update(ctx context.Context, db *sql.DB, resource string, token int64, write func(tx *sql.Tx) error) (err error) {
 	if err := validate(resource, token); err != nil {
 		return err
@@ -253,6 +337,9 @@ func (s *SQL) Update(ctx context.Context, db *sql.DB, resource string, token int
 	}
 	if write == nil {
 		return fmt.Errorf("%w: nil write func for resource %q", ErrInvalid, resource)
+	}
+	if err := s.checkBounds(); err != nil {
+		return err
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -264,6 +351,9 @@ func (s *SQL) Update(ctx context.Context, db *sql.DB, resource string, token int
 			_ = tx.Rollback() // also on panic in write
 		}
 	}()
+	if err := s.Bound(ctx, tx); err != nil {
+		return err
+	}
 	if err := s.Check(ctx, tx, resource, token); err != nil {
 		return err
 	}
