@@ -131,6 +131,17 @@ type Request struct {
 	// may then hand the lock to a waiter for less than TTL, saying so in Grant.Validity: the
 	// first renewal extends it, and a waiter that died in line holds it only that long.
 	Renewed bool
+	// Waiting, when set, is called by Queue.AcquireQueued, at most once and on the calling
+	// goroutine, when the request begins to wait behind another holder (its first attempt
+	// did not get the lock). The Client tells its observer (EventWaiting).
+	Waiting func()
+}
+
+// StartWait calls r.Waiting, if set: a Queue calls it when r begins to wait in line.
+func (r Request) StartWait() {
+	if r.Waiting != nil {
+		r.Waiting()
+	}
 }
 
 // Lease names a held lock for renewal and release.
@@ -187,6 +198,9 @@ type Grant struct {
 	// from: zero for a grant made by the call's only request, the time spent in line for a
 	// queued one.
 	Elapsed time.Duration
+	// Waited says a queued grant (Queue.AcquireQueued) came after a wait in line behind
+	// another holder: a hand-over on its release or expiry, not a lock that was free.
+	Waited bool
 }
 
 // Renewal is the outcome of renewing one lease.

@@ -33,6 +33,10 @@ const (
 	// reply was lost, or came too late) was undone in the background; Err is set when the undo
 	// failed too, and the lock then expires by its TTL.
 	EventCleanup
+	// EventWaiting: an Obtain (or a semaphore's Acquire) begins to wait, once per call: its
+	// first attempt found the lock held (in a backend's line, the backend says when:
+	// Request.Waiting). Its EventObtained or EventNotObtained, with Waited set, ends the wait.
+	EventWaiting
 )
 
 func (k EventKind) String() string {
@@ -53,6 +57,8 @@ func (k EventKind) String() string {
 		return "released"
 	case EventCleanup:
 		return "cleanup"
+	case EventWaiting:
+		return "waiting"
 	}
 	return "unknown"
 }
@@ -76,6 +82,13 @@ type Event struct {
 	// Took is, for EventReleased, how long the Release call took (Duration is how long the
 	// lock was held).
 	Took time.Duration
+	// Waited is set on the EventObtained or EventNotObtained of a call that had begun to wait
+	// (EventWaiting).
+	Waited bool
+	// Handover is set on an EventObtained whose lock was held by another when the call began
+	// and came to it on a release or an expiry: an attempt found it held, or the backend's
+	// line granted it after a wait behind another holder.
+	Handover bool
 }
 
 // Outcome names how an Obtain or TryObtain ended, for a metric's label: "obtained", "held"

@@ -27,6 +27,9 @@ type request struct {
 	owner string
 	fresh bool // the owner was made for this call alone: its only hold needs no ID
 	s     settings
+	// waited: the call told EventWaiting; held: an attempt found the lock held by another, or
+	// the line granted it after a wait
+	waited, held bool
 }
 
 func (c *Client) obtain(ctx context.Context, name string, limit int, wait bool, opts []Option) (*Lock, error) {
@@ -102,6 +105,7 @@ func (c *Client) waitForRelease(ctx context.Context, r *request) (*Lock, error) 
 	if err == nil || !retryable(err) {
 		return lock, err
 	}
+	c.waiting(r)
 	// Subscribe, then attempt again at once: a release before the subscription is seen by
 	// that attempt, and any release after it by the subscription. No wake-up is missed.
 	var released <-chan struct{}
@@ -148,6 +152,14 @@ func (c *Client) waitForRelease(ctx context.Context, r *request) (*Lock, error) 
 	}
 }
 
+// waiting tells the observer, once per call, that r begins to wait.
+func (c *Client) waiting(r *request) {
+	if !r.waited {
+		r.waited = true
+		c.emit(Event{Kind: EventWaiting, Name: r.name, Owner: r.owner, Context: r.vctx})
+	}
+}
+
 // attempt makes one acquisition, or waits in line for it when queue is set. A request that
 // may have reached the store and taken the lock, but was not handed out, is undone in the
 // background; the next attempt of a fresh owner then takes a new owner ID, so that the undo
@@ -163,13 +175,17 @@ func (c *Client) attempt(ctx context.Context, r *request, queue Queue) (*Lock, e
 	var g Grant
 	var err error
 	if queue != nil {
+		req.Waiting = func() { c.waiting(r) }
 		g, err = queue.AcquireQueued(ctx, req)
 	} else {
 		g, err = c.b.Acquire(ctx, req)
 	}
 	var lock *Lock
 	if err == nil {
+		r.held = r.held || g.Waited // granted from the line after a wait
 		lock, err = c.grant(r, hold, start, g)
+	} else if held := (*HeldError)(nil); errors.As(err, &held) {
+		r.held = true
 	}
 	if err != nil && mayHaveTaken(err) {
 		c.undo(Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token, Limit: r.limit}, hold)
@@ -267,10 +283,11 @@ func (c *Client) grant(r *request, holdID string, start time.Time, g Grant) (*Lo
 
 func (c *Client) obtained(r *request, start time.Time, lock *Lock, err error) (*Lock, error) {
 	if err != nil {
-		c.emit(Event{Kind: EventNotObtained, Name: r.name, Duration: c.now().Sub(start), Err: err, Owner: r.owner, Context: r.vctx})
+		c.emit(Event{Kind: EventNotObtained, Name: r.name, Duration: c.now().Sub(start), Err: err, Owner: r.owner, Context: r.vctx, Waited: r.waited})
 		return nil, err
 	}
-	c.emit(Event{Kind: EventObtained, Name: r.name, Token: lock.h.token, Duration: c.now().Sub(start), Owner: r.owner, Context: r.vctx})
+	c.emit(Event{Kind: EventObtained, Name: r.name, Token: lock.h.token, Duration: c.now().Sub(start), Owner: r.owner, Context: r.vctx,
+		Waited: r.waited, Handover: r.held && r.waited})
 	return lock, nil
 }
 

@@ -97,12 +97,13 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 			b.leave(ctx, req, rev)
 			return fencelock.Grant{}, held(req.Name)
 		}
+		req.StartWait()
 		sent, err := b.waitTurn(ctx, s.done, pfx, key, rev)
 		if err != nil {
 			b.leave(ctx, req, rev)
 			return fencelock.Grant{}, err
 		}
-		return b.granted(ctx, req, s.id, rev, 1, start, sent)
+		return waited(b.granted(ctx, req, s.id, rev, 1, start, sent))
 	}
 
 	// The owner has a key already: a reentrant acquisition, or the retry of one whose outcome
@@ -119,11 +120,19 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 			return fencelock.Grant{}, held(req.Name)
 		}
 		ended := b.leaseEnded(clientv3.LeaseID(mine[0].Lease))
+		req.StartWait()
 		if sent, err = b.waitTurn(ctx, ended, pfx, key, mine[0].CreateRevision); err != nil {
 			return fencelock.Grant{}, err
 		}
+		return waited(b.reenter(ctx, req, b.place(req.Name, req.Owner, 0), mine[0], start, sent))
 	}
 	return b.reenter(ctx, req, b.place(req.Name, req.Owner, 0), mine[0], start, sent)
+}
+
+// waited marks a grant that came after a wait in line.
+func waited(g fencelock.Grant, err error) (fencelock.Grant, error) {
+	g.Waited = err == nil
+	return g, err
 }
 
 // reenter adds req's hold to the owner's key at p, unless a retried acquisition added it

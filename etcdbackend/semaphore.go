@@ -120,12 +120,13 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 			b.leave(ctx, req, rev)
 			return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Limit: req.Limit}
 		}
+		req.StartWait()
 		sent, err := b.waitPermit(ctx, s.done, req, pfx, p.key, rev)
 		if err != nil {
 			b.leave(ctx, req, rev)
 			return fencelock.Grant{}, err
 		}
-		return b.granted(ctx, req, s.id, rev, 1, start, sent)
+		return waited(b.granted(ctx, req, s.id, rev, 1, start, sent))
 	}
 
 	// The owner has a key already: a reentrant acquisition, or the retry of one whose outcome
@@ -152,9 +153,11 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 			return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Limit: req.Limit}
 		}
 		ended := b.leaseEnded(clientv3.LeaseID(mine[0].Lease))
+		req.StartWait()
 		if sent, err = b.waitPermit(ctx, ended, req, pfx, p.key, mine[0].CreateRevision); err != nil {
 			return fencelock.Grant{}, err
 		}
+		return waited(b.reenter(ctx, req, p, mine[0], start, sent))
 	}
 	return b.reenter(ctx, req, p, mine[0], start, sent)
 }

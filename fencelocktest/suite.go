@@ -6,6 +6,7 @@ package fencelocktest
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("WatchdogKeepsLock", s.watchdogKeepsLock)
 	t.Run("ObtainWaitsForRelease", s.obtainWaitsForRelease)
 	t.Run("ObtainContextEnds", s.obtainContextEnds)
+	t.Run("WaiterToldOfHandover", s.waiterToldOfHandover)
 	t.Run("Do", s.do)
 	t.Run("ReleaseNilOrTwice", s.releaseNilOrTwice)
 	t.Run("ReleaseAfterLossLeavesNewHolder", s.releaseAfterLossLeavesNewHolder)
@@ -411,5 +413,74 @@ func (s suite) badInput(t *testing.T) {
 		if _, err := c.TryObtain(ctx, tc.name, tc.opts...); !errors.Is(err, fencelock.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", tc.what, err)
 		}
+	}
+}
+
+// waiterToldOfHandover: the observer is told once that a waiter begins to wait, and its grant
+// says it waited and was handed the lock; a free lock's grant says neither.
+func (s suite) waiterToldOfHandover(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	var mu sync.Mutex
+	var waits, obtained []fencelock.Event
+	c := s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch e.Kind {
+		case fencelock.EventWaiting:
+			waits = append(waits, e)
+		case fencelock.EventObtained:
+			obtained = append(obtained, e)
+		}
+	}))
+	free, err := c.Obtain(ctx, name+"-free")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = free.Release(ctx)
+	holder, err := s.client(t).Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := c.Obtain(ctx, name)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		n := len(waits)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("no EventWaiting while the lock was held")
+		}
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	_ = l.Release(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(waits) != 1 || waits[0].Name != name {
+		t.Fatalf("EventWaiting: %d, of %v; want one, of the waiter", len(waits), waits)
+	}
+	if len(obtained) != 2 {
+		t.Fatalf("%d EventObtained, want 2", len(obtained))
+	}
+	if e := obtained[0]; e.Waited || e.Handover {
+		t.Fatalf("the free lock's grant: Waited %v, Handover %v; want neither", e.Waited, e.Handover)
+	}
+	if e := obtained[1]; !e.Waited || !e.Handover || e.Token != l.Token() {
+		t.Fatalf("the waiter's grant: Waited %v, Handover %v, token %d (lock %d); want both", e.Waited, e.Handover, e.Token, l.Token())
 	}
 }

@@ -55,8 +55,9 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 	if err != nil || g != nil {
 		return q.done(ctx, g, sent, err)
 	}
+	req.StartWait()
 	if joined {
-		return q.wait(ctx, nil, waitFor(q.life, q.seen.pttl))
+		return waited(q.wait(ctx, nil, waitFor(q.life, q.seen.pttl)))
 	}
 	ready, err := b.watch.Add(ctx, q.channel, q.w)
 	defer b.watch.Remove(q.channel, q.w)
@@ -64,7 +65,13 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 		b.leave(q.keys, req) // a grant after this return would hold the lock for no one
 		return fencelock.Grant{}, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, q.channel, err)
 	}
-	return q.wait(ctx, ready, subscribeTimeout)
+	return waited(q.wait(ctx, ready, subscribeTimeout))
+}
+
+// waited marks a grant that came after a wait in line.
+func waited(g fencelock.Grant, err error) (fencelock.Grant, error) {
+	g.Waited = err == nil
+	return g, err
 }
 
 // queueWait is one AcquireQueued call: its place in line, and what it has seen and heard.

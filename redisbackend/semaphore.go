@@ -135,6 +135,7 @@ func (b *Backend) waitForPermit(ctx context.Context, req fencelock.Request) (fen
 	if !full {
 		return b.permitWaited(ctx, req, g, start, sent, err)
 	}
+	req.StartWait()
 	// Subscribe, then attempt again once subscribed: a release before the subscription is
 	// seen by that attempt, and any release after it by the subscription.
 	channel := b.semKeys(req.Name)[0] + ":released"
@@ -159,7 +160,7 @@ func (b *Backend) waitForPermit(ctx context.Context, req fencelock.Request) (fen
 		}
 		g, sent, err = b.permitAttempt(ctx, req, life)
 		if held, full = errors.AsType[*fencelock.HeldError](err); !full {
-			return b.permitWaited(ctx, req, g, start, sent, err)
+			return waited(b.permitWaited(ctx, req, g, start, sent, err))
 		}
 		timer.Reset(waitFor(life, pttlOf(held)))
 	}

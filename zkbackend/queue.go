@@ -26,6 +26,7 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 		return b.seize(ctx, start, k, n, n.sent, true)
 	}
 	dir := parent(n.path)
+	told := false
 	for woke := false; ; woke = true {
 		if err := ctx.Err(); err != nil {
 			return b.leave(ctx, k, n, fmt.Errorf("fencelock/zk: left the queue of %q: %w", req.Name, err))
@@ -54,7 +55,9 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 			if err != nil {
 				return b.leave(ctx, k, n, classify(err))
 			}
-			return b.seize(ctx, start, k, n, sent, true)
+			g, h, err := b.seize(ctx, start, k, n, sent, true)
+			g.Waited = err == nil // first after a wait behind another node
+			return g, h, err
 		case i == 0:
 			return b.seize(ctx, start, k, n, sent, false)
 		}
@@ -64,6 +67,10 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 			if err := b.readOwn(ctx, n); err != nil {
 				return b.leave(ctx, k, n, err)
 			}
+		}
+		if !told {
+			told = true
+			req.StartWait() // behind another node
 		}
 		head, err := b.ahead(ctx, dir, q, i, req, queued)
 		switch {

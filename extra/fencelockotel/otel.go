@@ -41,6 +41,8 @@ type Observer struct {
 	renewals metric.Int64Counter
 	losses   metric.Int64Counter
 	releases metric.Int64Counter
+	waiters  metric.Int64UpDownCounter
+	handover metric.Int64Counter
 }
 
 type options struct {
@@ -100,6 +102,12 @@ func New(opts ...Option) (*Observer, error) {
 	obs.releases, err = meter.Int64Counter("fencelock.releases", metric.WithUnit("{release}"),
 		metric.WithDescription("Releases, by result."))
 	add(err)
+	obs.waiters, err = meter.Int64UpDownCounter("fencelock.waiters", metric.WithUnit("{call}"),
+		metric.WithDescription("Obtain calls waiting now: their first attempt found the lock held, or they wait in a backend's line behind another holder."))
+	add(err)
+	obs.handover, err = meter.Int64Counter("fencelock.handovers", metric.WithUnit("{lock}"),
+		metric.WithDescription("Locks obtained after a wait for another holder, whose release or expiry handed the lock on."))
+	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -123,7 +131,16 @@ func (o *Observer) Observe(e fencelock.Event) {
 		if e.Kind == fencelock.EventObtained {
 			o.holding.Add(ctx, 1, at())
 		}
-		o.span(ctx, e, "fencelock.Obtain", now.Add(-e.Duration), now, out == "error", attribute.String("fencelock.outcome", out))
+		if e.Waited {
+			o.waiters.Add(ctx, -1, at())
+		}
+		if e.Handover {
+			o.handover.Add(ctx, 1, at())
+		}
+		o.span(ctx, e, "fencelock.Obtain", now.Add(-e.Duration), now, out == "error", attribute.String("fencelock.outcome", out),
+			attribute.Bool("fencelock.waited", e.Waited), attribute.Bool("fencelock.handover", e.Handover))
+	case fencelock.EventWaiting:
+		o.waiters.Add(ctx, 1, at())
 	case fencelock.EventRenewed, fencelock.EventRenewFailed:
 		result := "ok"
 		if e.Kind == fencelock.EventRenewFailed {

@@ -68,6 +68,30 @@ func TestSpansAndMetrics(t *testing.T) {
 	if err := lost.Release(ctx); !errors.Is(err, fencelock.ErrNotHeld) {
 		t.Fatal(err)
 	}
+	// A waiter, counted while it waits, handed the lock on its holder's release.
+	other := fencelock.New(redisbackend.New(rdb))
+	t.Cleanup(func() { _ = other.Close() })
+	held, err := other.Obtain(ctx, "order:3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	handed := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := c.Obtain(ctx, "order:3")
+		if err != nil {
+			t.Error(err)
+		}
+		handed <- l
+	}()
+	for end := time.Now().Add(5 * time.Second); sumOf(t, reader, "fencelock.waiters") != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("fencelock.waiters %d while a waiter waits, want 1", sumOf(t, reader, "fencelock.waiters"))
+		}
+	}
+	_ = held.Release(ctx)
+	if l := <-handed; l == nil || l.Release(ctx) != nil {
+		t.Fatal("the waiter's lock")
+	}
 
 	// The loss is told to the observer just after the lock's context ends.
 	byName := map[string][]sdktrace.ReadOnlySpan{}
@@ -110,7 +134,7 @@ func TestSpansAndMetrics(t *testing.T) {
 			got[m.Name] = m.Data
 		}
 	}
-	if h, ok := got["fencelock.obtain.duration"].(metricdata.Histogram[float64]); !ok || count(h) != 2 {
+	if h, ok := got["fencelock.obtain.duration"].(metricdata.Histogram[float64]); !ok || count(h) != 3 {
 		t.Errorf("fencelock.obtain.duration: %+v", got["fencelock.obtain.duration"])
 	}
 	if s, ok := got["fencelock.losses"].(metricdata.Sum[int64]); !ok || total(s) != 1 {
@@ -119,9 +143,41 @@ func TestSpansAndMetrics(t *testing.T) {
 	if s, ok := got["fencelock.locks.held"].(metricdata.Sum[int64]); !ok || total(s) != 0 {
 		t.Errorf("fencelock.locks.held after every release: %+v", got["fencelock.locks.held"])
 	}
-	if s, ok := got["fencelock.releases"].(metricdata.Sum[int64]); !ok || total(s) != 2 {
+	if s, ok := got["fencelock.releases"].(metricdata.Sum[int64]); !ok || total(s) != 3 {
 		t.Errorf("fencelock.releases: %+v", got["fencelock.releases"])
 	}
+	if s, ok := got["fencelock.waiters"].(metricdata.Sum[int64]); !ok || total(s) != 0 {
+		t.Errorf("fencelock.waiters after the wait: %+v", got["fencelock.waiters"])
+	}
+	if s, ok := got["fencelock.handovers"].(metricdata.Sum[int64]); !ok || total(s) != 1 {
+		t.Errorf("fencelock.handovers: %+v", got["fencelock.handovers"])
+	}
+	handovers := 0
+	for _, s := range byName["fencelock.Obtain"] {
+		if has(s.Attributes(), attribute.Bool("fencelock.handover", true)) {
+			handovers++
+		}
+	}
+	if handovers != 1 {
+		t.Errorf("%d Obtain spans say fencelock.handover, want 1", handovers)
+	}
+}
+
+// sumOf collects the Int64 sum named name from reader.
+func sumOf(t *testing.T, reader *sdkmetric.ManualReader, name string) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
+				return total(s)
+			}
+		}
+	}
+	return 0
 }
 
 func has(attrs []attribute.KeyValue, kv attribute.KeyValue) bool {

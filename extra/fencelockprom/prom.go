@@ -30,6 +30,8 @@ type Metrics struct {
 	losses   *prometheus.CounterVec // cause
 	releases *prometheus.CounterVec // result
 	cleanups *prometheus.CounterVec // result
+	waiters  *prometheus.GaugeVec
+	handover *prometheus.CounterVec
 }
 
 // Option configures Metrics.
@@ -73,11 +75,15 @@ func New(opts ...Option) *Metrics {
 		Help: "Releases, by result: ok, not_held (expired or taken by another), error (retried in the background)."}, labels("result"))
 	m.cleanups = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "cleanups_total",
 		Help: "Acquisitions that may have reached the store but were not handed out, undone in the background, by result: ok, or failed (the lock expires by its TTL)."}, labels("result"))
+	m.waiters = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "fencelock", Name: "waiters",
+		Help: "Obtain calls waiting now: their first attempt found the lock held (or, in a backend's line, they wait behind another holder)."}, labels())
+	m.handover = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "handovers_total",
+		Help: "Locks obtained after a wait for another holder: its release or expiry handed the lock on."}, labels())
 	return m
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.obtain, m.waited, m.held, m.holding, m.renewals, m.losses, m.releases, m.cleanups}
+	return []prometheus.Collector{m.obtain, m.waited, m.held, m.holding, m.renewals, m.losses, m.releases, m.cleanups, m.waiters, m.handover}
 }
 
 // Describe implements prometheus.Collector.
@@ -106,8 +112,19 @@ func (m *Metrics) Observe(e fencelock.Event) {
 	case fencelock.EventObtained:
 		m.obtain.WithLabelValues(with(e.Outcome())...).Observe(secs)
 		m.holding.WithLabelValues(l...).Inc()
+		if e.Waited {
+			m.waiters.WithLabelValues(l...).Dec()
+		}
+		if e.Handover {
+			m.handover.WithLabelValues(l...).Inc()
+		}
 	case fencelock.EventNotObtained:
 		m.obtain.WithLabelValues(with(e.Outcome())...).Observe(secs)
+		if e.Waited {
+			m.waiters.WithLabelValues(l...).Dec()
+		}
+	case fencelock.EventWaiting:
+		m.waiters.WithLabelValues(l...).Inc()
 	case fencelock.EventWaited:
 		m.waited.WithLabelValues(l...).Observe(secs)
 	case fencelock.EventRenewed:

@@ -64,6 +64,29 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("a wait that ran out: %v", err)
 	}
 	_ = held.Release(ctx)
+	// A waiter counted while it waits, then handed the lock on its holder's release.
+	held, err = other.Obtain(ctx, "order:3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	handed := make(chan error, 1)
+	go func() {
+		l, err := c.Obtain(ctx, "order:3")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		handed <- err
+	}()
+	for end := time.Now().Add(5 * time.Second); testutil.ToFloat64(m.waiters.WithLabelValues("redis", "order")) != 1; {
+		if time.Now().After(end) {
+			t.Fatalf("fencelock_waiters %v while a waiter waits, want 1", testutil.ToFloat64(m.waiters.WithLabelValues("redis", "order")))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = held.Release(ctx)
+	if err := <-handed; err != nil {
+		t.Fatal(err)
+	}
 	// Lost: its key deleted behind its back.
 	lost, err := c.Obtain(ctx, "job:nightly", fencelock.WithTTL(2*time.Second))
 	if err != nil {
@@ -90,7 +113,9 @@ func TestMetrics(t *testing.T) {
 		want   float64
 	}{
 		{m.renewals.WithLabelValues("redis", "order", "ok"), -1}, // at least one
-		{m.releases.WithLabelValues("redis", "order", "ok"), 1},
+		{m.releases.WithLabelValues("redis", "order", "ok"), 2},
+		{m.waiters.WithLabelValues("redis", "order"), 0},
+		{m.handover.WithLabelValues("redis", "order"), 1},
 		{m.releases.WithLabelValues("redis", "job", "not_held"), 1},
 		{m.losses.WithLabelValues("redis", "job", "store"), 1},
 		{m.holding.WithLabelValues("redis", "order"), 0},
@@ -101,7 +126,7 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%v: %v, want %v", desc(tc.metric), got, tc.want)
 		}
 	}
-	for outcome, want := range map[string]uint64{"obtained": 1, "held": 1, "timeout": 1} {
+	for outcome, want := range map[string]uint64{"obtained": 2, "held": 1, "timeout": 1} {
 		if n := histogramCount(t, m.obtain.WithLabelValues("redis", "order", outcome)); n != want {
 			t.Errorf("obtain_seconds{outcome=%q}: %d observations, want %d", outcome, n, want)
 		}
@@ -117,10 +142,12 @@ func TestMetrics(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	for _, want := range []string{
-		`fencelock_obtain_seconds_count{backend="redis",lock="order",outcome="obtained"} 1`,
+		`fencelock_obtain_seconds_count{backend="redis",lock="order",outcome="obtained"} 2`,
 		`fencelock_losses_total{backend="redis",cause="store",lock="job"} 1`,
 		`fencelock_hold_seconds_count{backend="redis",end="lost",lock="job"} 1`,
 		`# TYPE fencelock_locks_held gauge`,
+		`fencelock_handovers_total{backend="redis",lock="order"} 1`,
+		`fencelock_waiters{backend="redis",lock="order"} 0`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("the scrape lacks %q:\n%s", want, body)
@@ -198,9 +225,9 @@ func TestDashboardQueriesExportedSeries(t *testing.T) {
 	m := New(WithBackend("b"))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
-	for _, k := range []fencelock.EventKind{fencelock.EventObtained, fencelock.EventNotObtained, fencelock.EventWaited, fencelock.EventRenewed,
+	for _, k := range []fencelock.EventKind{fencelock.EventWaiting, fencelock.EventObtained, fencelock.EventNotObtained, fencelock.EventWaited, fencelock.EventRenewed,
 		fencelock.EventLost, fencelock.EventReleased, fencelock.EventCleanup} {
-		m.Observe(fencelock.Event{Kind: k, Name: "x", Duration: time.Millisecond})
+		m.Observe(fencelock.Event{Kind: k, Name: "x", Duration: time.Millisecond, Waited: true, Handover: true})
 	}
 	families, err := reg.Gather()
 	if err != nil {
