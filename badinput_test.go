@@ -3,6 +3,7 @@ package fencelock_test
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -264,6 +265,7 @@ func TestBadInput(t *testing.T) {
 				}()
 				err = tc.run(ctx, t, rdb, name)
 			}()
+			checkText(t, tc.name, name, err)
 			switch {
 			case tc.want == nil && err != nil:
 				t.Fatalf("got %v, want success", err)
@@ -305,4 +307,65 @@ func keyTTLs(t *testing.T, rdb *redis.Client, key string) map[string]time.Durati
 		out[k] = rdb.PTTL(ctx, k).Val()
 	}
 	return out
+}
+
+// badInputTexts are the texts of TestBadInput's errors, as a user reads them: one line, what
+// went wrong and what to do, no internal type. {name} stands for the case's lock name, {port}
+// for a server's port. Changing one is changing the library's voice: read it as a new user.
+var badInputTexts = map[string]string{
+	"empty name":                                "fencelock: invalid argument: empty lock name",
+	"zero TTL":                                  "fencelock: invalid argument: TTL must be positive, got 0s",
+	"negative TTL":                              "fencelock: invalid argument: TTL must be positive, got -1s",
+	"TTL below the minimum":                     "fencelock: invalid argument: TTL 5ms is shorter than the minimum 10ms",
+	"TTL not whole milliseconds":                "fencelock: invalid argument: TTL 1.0015s is not a whole number of milliseconds",
+	"TTL too short for the renewal interval":    "fencelock: invalid argument: renewal interval 600ms is too long for TTL 1s: at most 494ms leaves room for one retry",
+	"negative wait timeout":                     "fencelock: invalid argument: wait timeout must not be negative, got -1ns",
+	"renewal interval of 1ns":                   "fencelock: invalid argument: renewal interval 1ns is too short for TTL 1s: at least 10ms",
+	"renewal interval far below the TTL":        "fencelock: invalid argument: renewal interval 1ms is too short for TTL 1m0s: at least 600ms",
+	"zero cleanup timeout":                      "fencelock: invalid argument: cleanup timeout 0s: want more than 0 and at most 10m0s",
+	"negative cleanup timeout":                  "fencelock: invalid argument: cleanup timeout -1s: want more than 0 and at most 10m0s",
+	"replica wait below a millisecond":          "fencelock: invalid argument: replicas 1 with timeout 500µs: want a timeout of 1ms or more",
+	"nil context":                               "fencelock: invalid argument: nil context",
+	"nil backend":                               "fencelock: invalid argument: nil client or backend",
+	"nil redis client":                          "fencelock: invalid argument: nil redis client",
+	"typed nil redis client":                    "fencelock: invalid argument: nil redis client",
+	"prefix with a brace":                       "fencelock: invalid argument: key prefix \"a{b\" contains a brace, which would break the hash tag",
+	"lock key holds a string":                   "fencelock: invalid argument: a key of the lock holds another Redis type (WRONGTYPE Operation against a key holding the wrong kind of value): delete it, or give the Backend a key prefix of its own (WithPrefix)",
+	"lock key holds a list":                     "fencelock: invalid argument: a key of the lock holds another Redis type (WRONGTYPE Operation against a key holding the wrong kind of value): delete it, or give the Backend a key prefix of its own (WithPrefix)",
+	"lock key holds a foreign hash":             "fencelock: invalid argument: the lock key holds a hash that fencelock did not write: delete it, or give the Backend a key prefix of its own (WithPrefix)",
+	"fence key holds a list":                    "fencelock: invalid argument: a key of the lock holds another Redis type (WRONGTYPE Operation against a key holding the wrong kind of value): delete it, or give the Backend a key prefix of its own (WithPrefix)",
+	"fence key holds text":                      "fencelock: invalid argument: the fence key holds a value fencelock did not write: delete it, or give the Backend a key prefix of its own (WithPrefix)",
+	"semaphore key holds a string":              "fencelock: invalid argument: a key of the lock holds another Redis type (WRONGTYPE Operation against a key holding the wrong kind of value): delete it, or give the Backend a key prefix of its own (WithPrefix)",
+	"semaphore permit fencelock did not write":  "fencelock: invalid argument: the semaphore key holds a permit that fencelock did not write: delete it, or give the Backend a key prefix of its own (WithPrefix)",
+	"semaphore of limit 0":                      "fencelock: invalid argument: semaphore \"{name}\": limit 0: want 1 or more",
+	"semaphore on a backend without semaphores": "fencelock: invalid argument: this backend keeps no semaphores (Redis and etcd do; it does not implement fencelock.Semaphores)",
+	"election with a nil client":                "fencelock: invalid argument: nil client or backend",
+	"election value over MaxMetadata":           "fencelock: invalid argument: metadata of 1025 bytes is longer than the maximum 1024",
+	"read-only replica":                         "fencelock: backend unavailable: the server is a read-only replica: READONLY You can't write against a read only replica.",
+	"server gone":                               "fencelock: backend unavailable: dial tcp 127.0.0.1:{port}: connect: connection refused",
+}
+
+// internalText finds what a message must not show: a Go type, a formatting slip, a script's SHA.
+var internalText = regexp.MustCompile(`\(\*|\*[a-z]+\.[A-Z]|struct \{|%!|<nil>|[0-9a-f]{40}|@user_script`)
+
+// checkText holds err's text to badInputTexts, and every text to one line and no internals.
+func checkText(t *testing.T, cas, name string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	text := err.Error()
+	if strings.Contains(text, "\n") || internalText.MatchString(text) {
+		t.Errorf("the error's text spans lines or shows internals: %q", text)
+	}
+	want, ok := badInputTexts[cas]
+	if !ok {
+		t.Errorf("no text pinned for %q; it reads %q", cas, text)
+		return
+	}
+	pattern := regexp.QuoteMeta(strings.ReplaceAll(want, "{name}", name))
+	pattern = strings.ReplaceAll(pattern, regexp.QuoteMeta("{port}"), `\d+`)
+	if !regexp.MustCompile("^" + pattern + "$").MatchString(text) {
+		t.Errorf("error text\n got: %s\nwant: %s", text, want)
+	}
 }

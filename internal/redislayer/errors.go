@@ -3,6 +3,7 @@ package redislayer
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/fencelock/fencelock"
@@ -21,19 +22,35 @@ func Classify(err error) error {
 	if !ok {
 		return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
 	}
+	r := &reply{msg: scriptSuffix.ReplaceAllString(se.Msg, ""), err: err}
 	for _, p := range transient {
 		if strings.HasPrefix(se.Msg, p) {
 			if p == "READONLY" {
-				return fmt.Errorf("%w: the server is a read-only replica: %w", fencelock.ErrUnavailable, err)
+				return fmt.Errorf("%w: the server is a read-only replica: %w", fencelock.ErrUnavailable, r)
 			}
-			return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
+			return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, r)
 		}
 	}
 	switch {
 	case strings.Contains(se.Msg, "WRONGTYPE"):
-		return fmt.Errorf("%w: the lock's key holds another Redis type: %w", fencelock.ErrInvalid, err)
+		return fmt.Errorf("%w: a key of the lock holds another Redis type (%w): delete it, or give the Backend a key prefix of its own (WithPrefix)", fencelock.ErrInvalid, r)
 	case strings.Contains(se.Msg, "FENCELOCK"):
-		return fmt.Errorf("%w: %w", fencelock.ErrInvalid, err)
+		r.msg = strings.TrimSpace(strings.TrimPrefix(r.msg[strings.Index(r.msg, "FENCELOCK"):], "FENCELOCK"))
+		return fmt.Errorf("%w: %w: delete it, or give the Backend a key prefix of its own (WithPrefix)", fencelock.ErrInvalid, r)
 	}
-	return fmt.Errorf("%w: Redis refused: %w", fencelock.ErrInvalid, err)
+	return fmt.Errorf("%w: Redis refused: %w", fencelock.ErrInvalid, r)
 }
+
+// scriptSuffix is what Redis appends to an error raised inside a script: its SHA and line,
+// which say nothing to the reader of a message.
+var scriptSuffix = regexp.MustCompile(`\s*script: [0-9a-f]{40}, on @user_script:\d+\.?$`)
+
+// reply is a server's error reply as a message shows it, without scriptSuffix or the
+// FENCELOCK tag of fencelock's own script errors; it unwraps to the reply itself.
+type reply struct {
+	msg string
+	err error
+}
+
+func (r *reply) Error() string { return r.msg }
+func (r *reply) Unwrap() error { return r.err }
