@@ -91,6 +91,64 @@ func (l *Lock) ValidUntil() time.Time {
 	return l.h.deadline
 }
 
+// Verify asks the store, in one round trip, whether it still holds this lock for this holder:
+// the lock's owner with the lock's token (for a permit, that owner's permit with its token).
+// It returns nil when it does; an error matching ErrLost and ErrNotHeld when the store says
+// otherwise, and the lock is then lost (its context ends with that error); the lock's own
+// error when it is no longer valid here, without asking; and the backend's error (matching
+// ErrUnavailable, or ctx's) when the store did not answer, the lock staying as it was.
+//
+// What it guarantees: at the moment the store answered, the lock was this holder's. Nothing
+// after: a pause between Verify and the write lets the lock pass to another as much as one
+// between Valid and the write does, and only the store's check of the token (package fence)
+// closes that window. Verify catches what Valid cannot: a lock the store lost or gave away
+// while this process still trusted it, as after a failover, an eviction or a key deleted by
+// hand. The read is the backend's Inspect: a majority's on Redlock, linearizable on etcd, and
+// on ZooKeeper the connected server's, which may lag the leader by its replication.
+func (l *Lock) Verify(ctx context.Context) error {
+	if err := l.Valid(); err != nil {
+		return err
+	}
+	if ctx == nil {
+		return invalidf("nil context")
+	}
+	h := l.h
+	var info Info
+	if h.limit > 0 {
+		sb, ok := l.c.b.(Semaphores)
+		if !ok {
+			return invalidf("this backend keeps no semaphores")
+		}
+		si, err := sb.InspectSemaphore(ctx, h.name)
+		if err != nil {
+			return err
+		}
+		for _, p := range si.Permits {
+			if p.Owner == h.owner {
+				info = p
+				info.Held = true
+			}
+		}
+	} else {
+		var err error
+		if info, err = l.c.b.Inspect(ctx, h.name); err != nil {
+			return err
+		}
+	}
+	switch {
+	case info.Held && info.Owner == h.owner && info.Token == h.token:
+		return l.Valid() // the round trip may have taken what validity was left
+	case !info.Held || info.Owner != h.owner:
+		h.lose(fmt.Errorf("%w: the store says %q is not this holder's", ErrNotHeld, h.name))
+	default:
+		h.lose(fmt.Errorf("%w: the store holds %q for this owner with token %d, not this lock's %d", ErrNotHeld, h.name, info.Token, h.token))
+	}
+	if l.released.Load() {
+		return fmt.Errorf("%w: released", ErrNotHeld)
+	}
+	return h.err()
+}
+
 // Refresh sets the lock's TTL in the store to ttl (the lock's current TTL when ttl is zero),
 // shorter or longer than before, and the validity deadline to ttl from when the refresh was
 // sent; later watchdog renewals use the new TTL. It is how a holder with the watchdog off keeps

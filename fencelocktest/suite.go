@@ -37,6 +37,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("ObtainWaitsForRelease", s.obtainWaitsForRelease)
 	t.Run("ObtainContextEnds", s.obtainContextEnds)
 	t.Run("WaiterToldOfHandover", s.waiterToldOfHandover)
+	t.Run("VerifyAsksTheStore", s.verifyAsksTheStore)
 	t.Run("Do", s.do)
 	t.Run("ReleaseNilOrTwice", s.releaseNilOrTwice)
 	t.Run("ReleaseAfterLossLeavesNewHolder", s.releaseAfterLossLeavesNewHolder)
@@ -482,5 +483,34 @@ func (s suite) waiterToldOfHandover(t *testing.T) {
 	}
 	if e := obtained[1]; !e.Waited || !e.Handover || e.Token != l.Token() {
 		t.Fatalf("the waiter's grant: Waited %v, Handover %v, token %d (lock %d); want both", e.Waited, e.Handover, e.Token, l.Token())
+	}
+}
+
+// verifyAsksTheStore: Verify is nil while the store holds the lock for its holder, and, once
+// the lock is gone from the store behind the holder's back, says it is lost and ends its
+// context, though the holder's own deadline has not passed.
+func (s suite) verifyAsksTheStore(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	lock, err := s.client(t).Obtain(ctx, name, fencelock.WithTTL(max(s.TTL, 5*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	if err := lock.Verify(ctx); err != nil {
+		t.Fatalf("Verify of a held lock: %v", err)
+	}
+	s.Drop(t, name)
+	err = lock.Verify(ctx)
+	if !errors.Is(err, fencelock.ErrLost) {
+		t.Fatalf("Verify of a lock gone from the store: %v, want ErrLost", err)
+	}
+	select {
+	case <-lock.Context().Done():
+	default:
+		t.Fatal("Verify found the lock gone, and its context goes on")
+	}
+	if err := lock.Verify(ctx); !errors.Is(err, fencelock.ErrLost) {
+		t.Fatalf("Verify again: %v, want ErrLost", err)
 	}
 }
