@@ -137,7 +137,7 @@ func (b *Backend) usable(name string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return fmt.Errorf("%w: backend closed", fencelock.ErrUnavailable)
+		return fmt.Errorf("%w: the etcd backend was closed", fencelock.ErrClosed)
 	}
 	return nil
 }

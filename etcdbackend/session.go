@@ -40,7 +40,7 @@ func (b *Backend) session(ctx context.Context, ttl time.Duration) (*session, err
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return nil, fmt.Errorf("%w: backend closed", fencelock.ErrUnavailable)
+		return nil, fmt.Errorf("%w: the etcd backend was closed", fencelock.ErrClosed)
 	}
 	if s := b.sessions[secs]; s != nil && !s.expired() {
 		b.mu.Unlock()
@@ -69,7 +69,7 @@ func (b *Backend) session(ctx context.Context, ttl time.Duration) (*session, err
 		b.mu.Unlock()
 		_, _ = b.c.Revoke(ctx, lease.ID)
 		if closed {
-			return nil, fmt.Errorf("%w: backend closed", fencelock.ErrUnavailable)
+			return nil, fmt.Errorf("%w: the etcd backend was closed", fencelock.ErrClosed)
 		}
 		return old, nil
 	}

@@ -6,6 +6,8 @@ package fencelocktest
 import (
 	"context"
 	"errors"
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,6 +40,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("ObtainContextEnds", s.obtainContextEnds)
 	t.Run("WaiterToldOfHandover", s.waiterToldOfHandover)
 	t.Run("VerifyAsksTheStore", s.verifyAsksTheStore)
+	t.Run("ErrorsReadWell", s.errorsReadWell)
 	t.Run("Do", s.do)
 	t.Run("ReleaseNilOrTwice", s.releaseNilOrTwice)
 	t.Run("ReleaseAfterLossLeavesNewHolder", s.releaseAfterLossLeavesNewHolder)
@@ -512,5 +515,67 @@ func (s suite) verifyAsksTheStore(t *testing.T) {
 	}
 	if err := lock.Verify(ctx); !errors.Is(err, fencelock.ErrLost) {
 		t.Fatalf("Verify again: %v, want ErrLost", err)
+	}
+}
+
+// internals finds what an error text must not show its reader: a Go type, a formatting slip, a
+// script's SHA or line.
+var internals = regexp.MustCompile(`\(\*|\*[a-z]+\.[A-Z]|struct \{|%!|<nil>|[0-9a-f]{40}|@user_script`)
+
+// errorsReadWell: the errors of bad input, of a lock held elsewhere, of a release of what is
+// not held and of a closed backend, through the Client and straight from the backend, are one
+// line each, say they are fencelock's, show no Go type, and match the sentinel they stand for
+// (a closed backend's ErrClosed, not ErrUnavailable, which a caller would retry).
+func (s suite) errorsReadWell(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	b := s.New(t)
+	c := fencelock.New(b, fencelock.WithDefaults(fencelock.WithTTL(s.TTL)))
+	t.Cleanup(func() { _ = c.Close() })
+	held, err := s.client(t).Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	lease := fencelock.Lease{Name: name + "-never", Owner: "nobody", TTL: s.TTL}
+	for _, tc := range []struct {
+		what string
+		err  func() error
+		want error
+	}{
+		{"Obtain with an empty name", func() error { _, err := c.Obtain(ctx, ""); return err }, fencelock.ErrInvalid},
+		{"Obtain with a zero TTL", func() error { _, err := c.Obtain(ctx, name, fencelock.WithTTL(0)); return err }, fencelock.ErrInvalid},
+		{"TryObtain of a held lock", func() error { _, err := c.TryObtain(ctx, name); return err }, fencelock.ErrNotObtained},
+		{"Acquire with an empty name", func() error {
+			_, err := b.Acquire(ctx, fencelock.Request{Name: "", Owner: "o", TTL: s.TTL})
+			return err
+		}, fencelock.ErrInvalid},
+		{"Inspect with an empty name", func() error { _, err := b.Inspect(ctx, ""); return err }, fencelock.ErrInvalid},
+		{"Release of what is not held", func() error { _, err := b.Release(ctx, lease, "h"); return err }, fencelock.ErrNotHeld},
+		{"Acquire on a closed backend", func() error {
+			closed := s.New(t)
+			if cl, ok := closed.(interface{ Close() error }); ok {
+				_ = cl.Close()
+			}
+			_, err := closed.Acquire(ctx, fencelock.Request{Name: name, Owner: "o", TTL: s.TTL})
+			if err == nil {
+				return errors.New("fencelock: a closed backend granted a lock") // no Close, or it still grants
+			}
+			return err
+		}, fencelock.ErrClosed},
+	} {
+		err := tc.err()
+		switch text := ""; {
+		case err == nil:
+			t.Errorf("%s: no error", tc.what)
+		case tc.want != nil && !errors.Is(err, tc.want):
+			t.Errorf("%s: %v, want %v", tc.what, err, tc.want)
+		default:
+			text = err.Error()
+			t.Logf("%s: %s", tc.what, text)
+			if strings.Contains(text, "\n") || internals.MatchString(text) || !strings.Contains(text, "fencelock") {
+				t.Errorf("%s: the text %q spans lines, shows internals or does not say it is fencelock's", tc.what, text)
+			}
+		}
 	}
 }

@@ -94,8 +94,8 @@ func New(conn *zk.Conn, opts ...Option) *Backend {
 // for the requests of calls that returned before their answer came; all of it for at most
 // CloseTimeout. It returns an error matching fencelock.ErrUnavailable when work was left
 // undone: those lock nodes end with the session, when the caller closes the connection (the
-// Backend does not: the connection is the caller's). Calls after Close fail with
-// ErrUnavailable. Close is idempotent.
+// Backend does not: the connection is the caller's). Calls after Close fail with an error
+// matching fencelock.ErrClosed. Close is idempotent.
 func (b *Backend) Close() error {
 	if b == nil || b.ctx == nil {
 		return nil
@@ -159,7 +159,7 @@ func (b *Backend) ready(ctx context.Context) error {
 		return fmt.Errorf("%w: nil context", fencelock.ErrInvalid)
 	}
 	if b.closed.Load() {
-		return fmt.Errorf("%w: backend closed", fencelock.ErrUnavailable)
+		return fmt.Errorf("%w: the ZooKeeper backend was closed", fencelock.ErrClosed)
 	}
 	b.register()
 	return nil

@@ -183,7 +183,7 @@ func TestCloseWaitsForOwedRelease(t *testing.T) {
 	if q := line(t, admin, b.Path(name)); len(q) != 0 {
 		t.Fatalf("Close returned with the owed release not made: line %v", q)
 	}
-	if _, err := b.Acquire(ctx, req); !errors.Is(err, fencelock.ErrUnavailable) {
+	if _, err := b.Acquire(ctx, req); !errors.Is(err, fencelock.ErrClosed) {
 		t.Fatalf("Acquire after Close: %v", err)
 	}
 
