@@ -34,8 +34,9 @@ const (
 	// failed too, and the lock then expires by its TTL.
 	EventCleanup
 	// EventWaiting: an Obtain (or a semaphore's Acquire) begins to wait, once per call: its
-	// first attempt found the lock held (in a backend's line, the backend says when:
-	// Request.Waiting). Its EventObtained or EventNotObtained, with Waited set, ends the wait.
+	// first attempt found the lock held, or could not reach the store and will try again (in
+	// a backend's line, the backend says when: Request.Waiting). Its EventObtained or
+	// EventNotObtained, with Waited set, ends the wait.
 	EventWaiting
 )
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/internal/testserver"
@@ -20,17 +22,8 @@ const slack = 300 * time.Millisecond
 // to wait up to 2s more for the deletion.
 func TestQueuedWaitReturnsByDeadline(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
-	hb, cli := newBackend(t, etcd)
 	const name = "wait-deadline"
-	lock, err := newLocker(t, hb).Obtain(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Release(ctx)
-	proxy := testserver.StartProxy(t, strings.TrimPrefix(etcd.Endpoints[0], "http://"))
-	wb := etcdbackend.New(etcd.ClientOf(t, "http://"+proxy.Addr))
-	t.Cleanup(func() { _ = wb.Close() })
-	t.Cleanup(proxy.Restore)
+	hb, cli, proxy, wb := heldBehindProxy(ctx, t, name)
 
 	short, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -41,7 +34,7 @@ func TestQueuedWaitReturnsByDeadline(t *testing.T) {
 	}()
 	waitKeys(t, cli, hb, name, 2)
 	proxy.Blackhole()
-	err = <-done
+	err := <-done
 	deadline, _ := short.Deadline()
 	if late := time.Since(deadline); late > slack {
 		t.Fatalf("AcquireQueued returned %v after its deadline (%v)", late.Round(time.Millisecond), err)
@@ -84,17 +77,8 @@ func TestCloseOverCutLink(t *testing.T) {
 // Backend closed, unless its caller undid the acquisition.
 func TestLostEnqueueReplyLeavesNoKey(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
-	hb, cli := newBackend(t, etcd)
 	const name = "lost-enqueue-reply"
-	lock, err := newLocker(t, hb).Obtain(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Release(ctx)
-	proxy := testserver.StartProxy(t, strings.TrimPrefix(etcd.Endpoints[0], "http://"))
-	wb := etcdbackend.New(etcd.ClientOf(t, "http://"+proxy.Addr))
-	t.Cleanup(func() { _ = wb.Close() })
-	t.Cleanup(proxy.Restore)
+	hb, cli, proxy, wb := heldBehindProxy(ctx, t, name)
 	// The lease of this TTL is granted before the link slows down, and outlives the silence
 	// below: its keep-alives resume after it.
 	ttl := 5 * time.Second
@@ -117,4 +101,21 @@ func TestLostEnqueueReplyLeavesNoKey(t *testing.T) {
 	proxy.SetDelay(0)
 	proxy.Restore()
 	waitKeys(t, cli, hb, name, 1)
+}
+
+// heldBehindProxy holds the lock name through a Backend of its own, and returns that Backend
+// and its client, and a second Backend whose link to etcd goes through proxy, for a waiter.
+func heldBehindProxy(ctx context.Context, t *testing.T, name string) (hb *etcdbackend.Backend, cli *clientv3.Client, proxy *testserver.Proxy, wb *etcdbackend.Backend) {
+	t.Helper()
+	hb, cli = newBackend(t, etcd)
+	lock, err := newLocker(t, hb).Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lock.Release(context.Background()) })
+	proxy = testserver.StartProxy(t, strings.TrimPrefix(etcd.Endpoints[0], "http://"))
+	wb = etcdbackend.New(etcd.ClientOf(t, "http://"+proxy.Addr))
+	t.Cleanup(func() { _ = wb.Close() })
+	t.Cleanup(proxy.Restore)
+	return hb, cli, proxy, wb
 }

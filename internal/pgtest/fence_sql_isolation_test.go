@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/fence"
-	"github.com/fencelock/fencelock/internal/testserver"
 )
 
 // fencedWrite is what the package documentation tells a caller to do at isolation level iso:
@@ -47,12 +46,7 @@ func fencedWrite(ctx context.Context, db *sql.DB, s *fence.SQL, iso sql.Isolatio
 func TestSQLIsolationLevels(t *testing.T) {
 	for _, driver := range drivers {
 		t.Run(driver, func(t *testing.T) {
-			pg := testserver.StartPostgres(t)
-			db, err := sql.Open(driver, pg.DSN)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
+			db := openPostgres(t, driver)
 			ctx := context.Background()
 			var s fence.SQL
 			if err := s.CreateTable(ctx, db); err != nil {
@@ -121,12 +115,7 @@ func TestSQLIsolationLevels(t *testing.T) {
 // At REPEATABLE READ, a Check on a row that changed after the transaction's snapshot fails
 // with a serialization failure without waiting for anyone, also with a newer token.
 func TestSQLRepeatableReadSnapshot(t *testing.T) {
-	pg := testserver.StartPostgres(t)
-	db, err := sql.Open("postgres", pg.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openPostgres(t, "postgres")
 	ctx := context.Background()
 	var s fence.SQL
 	if err := s.CreateTable(ctx, db); err != nil {

@@ -14,19 +14,13 @@ import (
 	_ "github.com/lib/pq"
 
 	"github.com/fencelock/fencelock/fence"
-	"github.com/fencelock/fencelock/internal/testserver"
 )
 
 // TestSQL runs against a real PostgreSQL server.
 func TestSQL(t *testing.T) {
 	for _, driver := range drivers {
 		t.Run(driver, func(t *testing.T) {
-			pg := testserver.StartPostgres(t)
-			db, err := sql.Open(driver, pg.DSN)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
+			db := openPostgres(t, driver)
 			ctx := context.Background()
 			if err := db.PingContext(ctx); err != nil {
 				t.Fatal(err)

@@ -48,3 +48,15 @@ func TestPostgresSelect(t *testing.T) {
 		t.Fatalf("through URL: count = %d, %v", n, err)
 	}
 }
+
+// openPostgres starts a PostgreSQL of the test's own and opens it with driver; both end with
+// the test.
+func openPostgres(t *testing.T, driver string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, testserver.StartPostgres(t).DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
