@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fencelocktest"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
 )
@@ -345,9 +346,6 @@ var badInputTexts = map[string]string{
 	"server gone":                               "fencelock: backend unavailable: dial tcp 127.0.0.1:{port}: connect: connection refused",
 }
 
-// internalText finds what a message must not show: a Go type, a formatting slip, a script's SHA.
-var internalText = regexp.MustCompile(`\(\*|\*[a-z]+\.[A-Z]|struct \{|%!|<nil>|[0-9a-f]{40}|@user_script`)
-
 // checkText holds err's text to badInputTexts, and every text to one line and no internals.
 func checkText(t *testing.T, cas, name string, err error) {
 	t.Helper()
@@ -355,7 +353,7 @@ func checkText(t *testing.T, cas, name string, err error) {
 		return
 	}
 	text := err.Error()
-	if strings.Contains(text, "\n") || internalText.MatchString(text) {
+	if strings.Contains(text, "\n") || fencelocktest.ShowsInternals(text) {
 		t.Errorf("the error's text spans lines or shows internals: %q", text)
 	}
 	want, ok := badInputTexts[cas]

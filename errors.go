@@ -137,6 +137,9 @@ func notObtainedBy(err error, ctx context.Context) error {
 	return &bothError{err, cause}
 }
 
+// errNoSemaphores is the error of a semaphore, or a permit's Verify, on a backend without them.
+var errNoSemaphores = invalidf("this backend keeps no semaphores (Redis and etcd do; it does not implement fencelock.Semaphores)")
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }

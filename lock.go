@@ -117,7 +117,7 @@ func (l *Lock) Verify(ctx context.Context) error {
 	if h.limit > 0 {
 		sb, ok := l.c.b.(Semaphores)
 		if !ok {
-			return invalidf("this backend keeps no semaphores")
+			return errNoSemaphores
 		}
 		si, err := sb.InspectSemaphore(ctx, h.name)
 		if err != nil {

@@ -79,7 +79,7 @@ func (s *Semaphore) usable() error {
 		return invalidf("semaphore %q: limit %d: want 1 or more", s.name, s.limit)
 	}
 	if _, ok := s.c.b.(Semaphores); !ok {
-		return invalidf("this backend keeps no semaphores (Redis and etcd do; it does not implement fencelock.Semaphores)")
+		return errNoSemaphores
 	}
 	return nil
 }

@@ -522,6 +522,10 @@ func (s suite) verifyAsksTheStore(t *testing.T) {
 // script's SHA or line.
 var internals = regexp.MustCompile(`\(\*|\*[a-z]+\.[A-Z]|struct \{|%!|<nil>|[0-9a-f]{40}|@user_script`)
 
+// ShowsInternals reports whether an error text shows its reader what it must not: a Go type,
+// a formatting slip, a script's SHA or line. Error-text tables elsewhere hold texts to it too.
+func ShowsInternals(text string) bool { return internals.MatchString(text) }
+
 // errorsReadWell: the errors of bad input, of a lock held elsewhere, of a release of what is
 // not held and of a closed backend, through the Client and straight from the backend, are one
 // line each, say they are fencelock's, show no Go type, and match the sentinel they stand for
