@@ -186,6 +186,11 @@ func TestBadInput(t *testing.T) {
 				}
 				return err
 			}},
+		{name: "list on a backend without names", want: fencelock.ErrInvalid,
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				_, err := fencelock.List(ctx, struct{ fencelock.Backend }{redisbackend.New(rdb)}, "")
+				return err
+			}},
 		{name: "election with a nil client", want: fencelock.ErrInvalid,
 			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
 				var c *fencelock.Client
@@ -340,6 +345,7 @@ var badInputTexts = map[string]string{
 	"semaphore permit fencelock did not write":  "fencelock: invalid argument: the semaphore key holds a permit that fencelock did not write: delete it, or give the Backend a key prefix of its own (WithPrefix)",
 	"semaphore of limit 0":                      "fencelock: invalid argument: semaphore \"{name}\": limit 0: want 1 or more",
 	"semaphore on a backend without semaphores": "fencelock: invalid argument: this backend keeps no semaphores (Redis and etcd do; it does not implement fencelock.Semaphores)",
+	"list on a backend without names":           "fencelock: invalid argument: this backend cannot list its locks (it does not implement fencelock.Namer)",
 	"election with a nil client":                "fencelock: invalid argument: nil client or backend",
 	"election value over MaxMetadata":           "fencelock: invalid argument: metadata of 1025 bytes is longer than the maximum 1024",
 	"read-only replica":                         "fencelock: backend unavailable: the server is a read-only replica: READONLY You can't write against a read only replica.",

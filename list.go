@@ -2,7 +2,6 @@ package fencelock
 
 import (
 	"context"
-	"fmt"
 	"slices"
 )
 
@@ -12,7 +11,7 @@ import (
 func List(ctx context.Context, b Backend, prefix string) ([]Info, error) {
 	n, ok := b.(Namer)
 	if !ok {
-		return nil, fmt.Errorf("%w: the backend %T cannot list its locks", ErrInvalid, b)
+		return nil, invalidf("this backend cannot list its locks (it does not implement fencelock.Namer)")
 	}
 	names, err := n.Names(ctx, prefix)
 	if err != nil {
