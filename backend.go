@@ -99,6 +99,15 @@ type Namer interface {
 	Names(ctx context.Context, prefix string) ([]string, error)
 }
 
+// SemaphoreNamer is implemented by backends that can enumerate their semaphores;
+// ListSemaphores uses it.
+type SemaphoreNamer interface {
+	// SemaphoreNames returns the names that start with prefix of the semaphores that may have
+	// permits held now, each once, in no particular order. A name may be of a semaphore
+	// released meanwhile; ListSemaphores asks InspectSemaphore about each.
+	SemaphoreNames(ctx context.Context, prefix string) ([]string, error)
+}
+
 // ForceReleaser is implemented by backends that let an operator remove a lock whoever holds
 // it. The holder learns at its next renewal that it lost the lock.
 type ForceReleaser interface {

@@ -191,6 +191,21 @@ func TestBadInput(t *testing.T) {
 				_, err := fencelock.List(ctx, struct{ fencelock.Backend }{redisbackend.New(rdb)}, "")
 				return err
 			}},
+		{name: "semaphores listed without semaphores", want: fencelock.ErrInvalid,
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				_, err := fencelock.ListSemaphores(ctx, struct{ fencelock.Backend }{redisbackend.New(rdb)}, "")
+				return err
+			}},
+		{name: "semaphores listed without names", want: fencelock.ErrInvalid,
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				b := redisbackend.New(rdb)
+				unnamed := struct {
+					fencelock.Backend
+					fencelock.Semaphores
+				}{b, b}
+				_, err := fencelock.New(unnamed).ListSemaphores(ctx, "")
+				return err
+			}},
 		{name: "election with a nil client", want: fencelock.ErrInvalid,
 			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
 				var c *fencelock.Client
@@ -346,6 +361,8 @@ var badInputTexts = map[string]string{
 	"semaphore of limit 0":                      "fencelock: invalid argument: semaphore \"{name}\": limit 0: want 1 or more",
 	"semaphore on a backend without semaphores": "fencelock: invalid argument: this backend keeps no semaphores (Redis and etcd do; it does not implement fencelock.Semaphores)",
 	"list on a backend without names":           "fencelock: invalid argument: this backend cannot list its locks (it does not implement fencelock.Namer)",
+	"semaphores listed without semaphores":      "fencelock: invalid argument: this backend keeps no semaphores (Redis and etcd do; it does not implement fencelock.Semaphores)",
+	"semaphores listed without names":           "fencelock: invalid argument: this backend cannot list its semaphores (it does not implement fencelock.SemaphoreNamer)",
 	"election with a nil client":                "fencelock: invalid argument: nil client or backend",
 	"election value over MaxMetadata":           "fencelock: invalid argument: metadata of 1025 bytes is longer than the maximum 1024",
 	"read-only replica":                         "fencelock: backend unavailable: the server is a read-only replica: READONLY You can't write against a read only replica.",

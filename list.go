@@ -17,22 +17,7 @@ func List(ctx context.Context, b Backend, prefix string) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	slices.Sort(names)
-	names = slices.Compact(names)
-	var out []Info
-	for _, name := range names {
-		if err := ctx.Err(); err != nil {
-			return out, err
-		}
-		info, err := b.Inspect(ctx, name)
-		if err != nil {
-			return out, err
-		}
-		if info.Held {
-			out = append(out, info)
-		}
-	}
-	return out, nil
+	return inspectEach(ctx, names, b.Inspect, func(i Info) bool { return i.Held })
 }
 
 // List returns the locks held now whose names start with prefix, as the package's List does
@@ -42,4 +27,57 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 		return nil, err
 	}
 	return List(ctx, c.b, prefix)
+}
+
+// ListSemaphores returns the semaphores of b whose names start with prefix and that have
+// permits held or waiters in line now, sorted by name; a read-write lock is among them, as the
+// semaphore of RWReaders permits it is. It sees each semaphore as InspectSemaphore saw it, one
+// after the other, not all at one instant. A backend that keeps no semaphores, or is not a
+// SemaphoreNamer, cannot list them: the error matches ErrInvalid.
+func ListSemaphores(ctx context.Context, b Backend, prefix string) ([]SemaphoreInfo, error) {
+	s, ok := b.(Semaphores)
+	if !ok {
+		return nil, errNoSemaphores
+	}
+	n, ok := b.(SemaphoreNamer)
+	if !ok {
+		return nil, invalidf("this backend cannot list its semaphores (it does not implement fencelock.SemaphoreNamer)")
+	}
+	names, err := n.SemaphoreNames(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return inspectEach(ctx, names, s.InspectSemaphore, func(i SemaphoreInfo) bool {
+		return len(i.Permits) > 0 || i.Waiting > 0
+	})
+}
+
+// ListSemaphores returns the semaphores with permits held or waiters now whose names start
+// with prefix, as the package's ListSemaphores does for the Client's backend.
+func (c *Client) ListSemaphores(ctx context.Context, prefix string) ([]SemaphoreInfo, error) {
+	if err := c.ready(ctx); err != nil {
+		return nil, err
+	}
+	return ListSemaphores(ctx, c.b, prefix)
+}
+
+// inspectEach inspects each of names once, in order, and returns what keep keeps; on an error
+// it returns what it kept before it.
+func inspectEach[T any](ctx context.Context, names []string, inspect func(context.Context, string) (T, error), keep func(T) bool) ([]T, error) {
+	slices.Sort(names)
+	names = slices.Compact(names)
+	var out []T
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		info, err := inspect(ctx, name)
+		if err != nil {
+			return out, err
+		}
+		if keep(info) {
+			out = append(out, info)
+		}
+	}
+	return out, nil
 }
