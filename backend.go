@@ -236,7 +236,8 @@ type Info struct {
 	// Token is the holder's fencing token, or, when the lock is free, the last token issued if
 	// the backend still knows it.
 	Token int64
-	// Remaining is the holder's remaining time to live.
+	// Remaining is the holder's remaining time to live; zero from a backend whose store keeps a
+	// hold as long as its holder's session and does not time it (ZooKeeper).
 	Remaining time.Duration
 	// Meta is what the holder published about itself (WithMetadata), if anything.
 	Meta string

@@ -29,6 +29,18 @@ type Target struct {
 	// DropPermit removes owner's permit of the semaphore name from the store behind its
 	// holder's back; the semaphore suite skips what needs it when it is nil.
 	DropPermit func(t *testing.T, name, owner string)
+	// NoRemaining says Inspect reports no time left for a holder (Info.Remaining is zero): the
+	// store keeps a hold as long as its client's session, which it does not time (ZooKeeper).
+	NoRemaining bool
+}
+
+// remainingOK says whether a holder's Info.Remaining is what the backend can report: within
+// the TTL, or zero when it reports none.
+func (s suite) remainingOK(left time.Duration) bool {
+	if s.NoRemaining {
+		return left == 0
+	}
+	return left > 0 && left <= s.TTL
 }
 
 // Run runs the suite as subtests of t.

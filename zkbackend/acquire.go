@@ -35,7 +35,7 @@ func (b *Backend) acquire(ctx context.Context, req fencelock.Request, guid strin
 		return fencelock.Grant{}, err
 	}
 	start := time.Now()
-	k := holder{req.Name, req.Owner}
+	k := keyOf(req.Name, req.Owner, req.Limit)
 	// The retry of an acquisition whose outcome was lost may find that attempt's node and
 	// take it back: no removal owed of its hold may run meanwhile, or after.
 	taken, err := b.claim(ctx, k, req.Hold)
@@ -44,7 +44,7 @@ func (b *Backend) acquire(ctx context.Context, req fencelock.Request, guid strin
 	}
 	left := taken
 	if unsure {
-		left = slices.Concat(taken, []owed{{name: req.Name, owner: req.Owner, hold: req.Hold, guid: guid}})
+		left = slices.Concat(taken, []owed{{holder: k, hold: req.Hold, guid: guid}})
 	}
 	g, h, err := b.attempt(ctx, start, req, guid, queued, left)
 	granted := ""
@@ -58,13 +58,16 @@ func (b *Backend) acquire(ctx context.Context, req fencelock.Request, guid strin
 // attempt is acquire once the hold is claimed. left lists the nodes earlier attempts of the same
 // hold may have left in line.
 func (b *Backend) attempt(ctx context.Context, start time.Time, req fencelock.Request, guid string, queued bool, left []owed) (fencelock.Grant, holding, error) {
-	k := holder{req.Name, req.Owner}
+	if req.Limit > 0 {
+		return b.attemptPermit(ctx, start, req, guid, queued, left)
+	}
+	k := keyOf(req.Name, req.Owner, 0)
 	dir := b.Path(req.Name)
 	for range lookTries {
 		if h, ok := b.holding(k); ok {
 			if b.lost(h) || !b.vouchable(h.session) {
 				b.forget(k, h.path)
-			} else if g, h, err := b.enter(ctx, start, k, h, req.Hold, false); err != errVanished {
+			} else if g, h, err := b.enter(ctx, start, k, h, req, false); err != errVanished {
 				return g, h, err
 			}
 		}
@@ -91,6 +94,20 @@ func (b *Backend) attempt(ctx context.Context, start time.Time, req fencelock.Re
 	return fencelock.Grant{}, holding{}, fmt.Errorf("%w: %q changed hands %d times while being acquired", fencelock.ErrUnavailable, req.Name, lookTries)
 }
 
+// sameTerms says why req may not enter a permit node with data: another limit, or more permits
+// than the node takes, which would let it grow past what the nodes behind it counted on.
+func sameTerms(req fencelock.Request, data lockData) error {
+	switch {
+	case data.limit == 0:
+		return nil
+	case data.limit != req.Limit:
+		return &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: data.limit}
+	case max(req.Weight, 1) > data.weight():
+		return fmt.Errorf("%w: %q: this owner holds %d permits and asks for %d", fencelock.ErrUpgrade, req.Name, data.weight(), max(req.Weight, 1))
+	}
+	return nil
+}
+
 // enterFirst re-enters the lock node at path, first in line, when req's owner holds it
 // through a session this Backend can vouch for.
 func (b *Backend) enterFirst(ctx context.Context, start time.Time, k holder, path string, req fencelock.Request) (fencelock.Grant, holding, error) {
@@ -102,15 +119,19 @@ func (b *Backend) enterFirst(ctx context.Context, start time.Time, k holder, pat
 	if data.owner != req.Owner || !b.vouchable(stat.EphemeralOwner) {
 		return fencelock.Grant{}, holding{}, &fencelock.HeldError{Name: req.Name}
 	}
-	return b.enter(ctx, start, k, holdingOf(path, data, stat, sent), req.Hold, true)
+	return b.enter(ctx, start, k, holdingOf(path, data, stat, sent), req, true)
 }
 
-// enter adds hold to the owner's lock node h. fresh says h was just read from the server; a
-// cached copy that already has hold is read again before it is believed. It returns
-// errVanished when the node is gone.
-func (b *Backend) enter(ctx context.Context, start time.Time, k holder, h holding, hold string, fresh bool) (fencelock.Grant, holding, error) {
+// enter adds req's hold to the owner's lock or permit node h. fresh says h was just read from
+// the server; a cached copy that already has the hold is read again before it is believed. It
+// returns errVanished when the node is gone.
+func (b *Backend) enter(ctx context.Context, start time.Time, k holder, h holding, req fencelock.Request, fresh bool) (fencelock.Grant, holding, error) {
+	hold := req.Hold
 	for {
 		if err := ctx.Err(); err != nil {
+			return fencelock.Grant{}, holding{}, err
+		}
+		if err := sameTerms(req, h.data); err != nil && !h.data.has(hold) {
 			return fencelock.Grant{}, holding{}, err
 		}
 		if h.data.has(hold) && fresh {
@@ -121,7 +142,7 @@ func (b *Backend) enter(ctx context.Context, start time.Time, k holder, h holdin
 		}
 		var err error
 		if !h.data.has(hold) {
-			next := h.data.with(hold)
+			next := h.data.with(hold, req.Weight)
 			sent := time.Now()
 			var stat *zk.Stat
 			if stat, err = b.set(ctx, h.path, next.encode(), h.version); err == nil {
@@ -132,7 +153,7 @@ func (b *Backend) enter(ctx context.Context, start time.Time, k holder, h holdin
 			}
 			if p := inFlight(err); p != nil {
 				// The hold may be added yet: its removal is owed once the write is answered.
-				b.owe(owed{name: k.name, owner: k.owner, hold: hold, guid: h.guid(), session: h.session, pending: p})
+				b.owe(owed{holder: k, hold: hold, guid: h.guid(), session: h.session, pending: p})
 				return fencelock.Grant{}, holding{}, err
 			}
 		}

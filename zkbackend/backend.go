@@ -14,7 +14,8 @@ import (
 	"github.com/fencelock/fencelock"
 )
 
-// Backend is a fencelock.Backend and fencelock.Queue over one ZooKeeper connection. It is safe
+// Backend is a fencelock.Backend, fencelock.Queue and fencelock.Semaphores over one ZooKeeper
+// connection. It is safe
 // for concurrent use. Its goroutines — the settler of what it owes, and requests whose callers
 // stopped waiting — run only while there is such work; Close waits for them.
 type Backend struct {
@@ -237,7 +238,7 @@ func (b *Backend) queue(ctx context.Context, dir string) ([]entry, error) {
 	case err != nil:
 		return nil, classify(err)
 	}
-	return lineUp(children), nil
+	return lineUp(children, false), nil
 }
 
 // read returns a lock node's data, or errVanished when it is gone.

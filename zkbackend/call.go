@@ -86,6 +86,18 @@ func (b *Backend) children(ctx context.Context, path string) ([]string, error) {
 	})
 }
 
+func (b *Backend) childrenW(ctx context.Context, path string) ([]string, <-chan zk.Event, error) {
+	type watched struct {
+		children []string
+		watch    <-chan zk.Event
+	}
+	r, err := run(b, ctx, func() (watched, error) {
+		c, _, w, err := b.conn.ChildrenW(path)
+		return watched{c, w}, err
+	})
+	return r.children, r.watch, err
+}
+
 func (b *Backend) get(ctx context.Context, path string) ([]byte, *zk.Stat, error) {
 	r, err := run(b, ctx, func() (dataStat, error) {
 		d, s, err := b.conn.Get(path)

@@ -32,6 +32,27 @@
 // the reply to a create arrives, the backend looks for its node by GUID after reconnecting
 // instead of leaving an unknown node in line.
 //
+// # Semaphores and read-write locks
+//
+// The backend keeps semaphores (fencelock.Semaphores), and so read-write locks, which are
+// semaphores of fencelock.RWReaders permits. A semaphore's line is in the directory of its
+// name, beside the lock of that name, which it does not see: each holder and waiter has an
+// ephemeral sequential node _p_<guid>-<owner tag>-<limit>-<weight>-<sequence>, whose data is a
+// lock node's plus the limit and each hold's weight. A node holds its permits when they and
+// those of every node before it fit in the limit, so no waiter passes one that came before it
+// (a waiting writer stops the readers behind it), and once it holds it holds until it goes: a
+// node's weight never grows. The limit and the first hold's weight are in the name, so the
+// list of the directory tells who holds without reading each node; only a node ahead that
+// took more than one permit is read, since it may have given some back (a write lock released
+// under a read lock). A waiter watches the directory's children and the data of those nodes,
+// so a release, an expiry or permits given back wake it; every join and leave wakes every
+// waiter of the semaphore, which costs a read each.
+//
+// A node holds only when every node before it has its limit: an acquisition that finds another
+// limit in line fails with a *fencelock.LimitError and leaves. A permit's token is its node's
+// czxid; reentry (WithOwner) adds a hold to the owner's node, found by the owner tag and read
+// to be sure.
+//
 // # Fencing tokens
 //
 // The token is the lock node's czxid, the ZooKeeper transaction ID that created it: unique,

@@ -38,3 +38,6 @@ func (b *Backend) Owed() int {
 	}
 	return n
 }
+
+// OwnerTag is the tag of owner's permit nodes in their names.
+func OwnerTag(owner string) string { return ownerTag(owner) }

@@ -10,8 +10,13 @@ import (
 	"github.com/fencelock/fencelock"
 )
 
-// holder identifies a lock held for an owner.
-type holder struct{ name, owner string }
+// holder identifies a lock, or a permit of a semaphore, held for an owner.
+type holder struct {
+	name, owner string
+	permit      bool
+}
+
+func keyOf(name, owner string, limit int) holder { return holder{name, owner, limit > 0} }
 
 // holding is the Backend's copy of a lock node that holds a lock for an owner: enough to
 // renew, re-enter and release it in one round trip. Every write made from it is a

@@ -37,7 +37,12 @@ var createBackoff = [...]time.Duration{0, 50 * time.Millisecond, 250 * time.Mill
 func (b *Backend) join(ctx context.Context, req fencelock.Request, guid string, left []owed) (*node, error) {
 	dir := b.Path(req.Name)
 	data := lockData{owner: req.Owner, meta: req.Meta, holds: []string{req.Hold}}
-	o := owed{name: req.Name, owner: req.Owner, hold: req.Hold, guid: guid}
+	stem := nodeStem(guid)
+	if req.Limit > 0 {
+		data.limit, data.weights = req.Limit, []int{max(req.Weight, 1)}
+		stem = permitStem(guid, req)
+	}
+	o := owed{holder: keyOf(req.Name, req.Owner, req.Limit), hold: req.Hold, guid: guid}
 	look := len(left) > 0 // for a node left in line
 	unsure := false       // a create of o's may have made its node
 	var err error
@@ -62,7 +67,7 @@ func (b *Backend) join(ctx context.Context, req fencelock.Request, guid string, 
 		}
 		o.session = b.conn.SessionID()
 		var n *node
-		if n, err = b.createNode(ctx, dir, guid, data); err == nil {
+		if n, err = b.createNode(ctx, dir, stem, data); err == nil {
 			n.hold = req.Hold
 			return n, nil
 		}
@@ -110,7 +115,7 @@ func (b *Backend) recover(ctx context.Context, dir string, req fencelock.Request
 	if err != nil {
 		return nil, err
 	}
-	q := lineUp(children)
+	q := lineUp(children, req.Limit > 0)
 	for _, guid := range guids {
 		e, ok := findGUID(q, guid)
 		if !ok {
@@ -132,15 +137,15 @@ func (b *Backend) recover(ctx context.Context, dir string, req fencelock.Request
 	return nil, nil
 }
 
-// createNode makes a lock node in dir. It returns go-zookeeper's errors unwrapped, so that join
-// can tell an ambiguous outcome.
-func (b *Backend) createNode(ctx context.Context, dir, guid string, data lockData) (*node, error) {
+// createNode makes a lock or permit node named stem and a sequence number in dir. It returns
+// go-zookeeper's errors unwrapped, so that join can tell an ambiguous outcome.
+func (b *Backend) createNode(ctx context.Context, dir, stem string, data lockData) (*node, error) {
 	enc := data.encode()
 	for range lookTries {
 		// Most locks are free when asked for, and a free lock has no directory (the last
 		// release removes it): create both at once, in one round trip. The SetData is there
 		// for its reply, which carries the node's czxid, the fencing token.
-		name := firstNodeName(guid)
+		name := stem + firstSequence
 		path := dir + "/" + name
 		sent := time.Now()
 		res, err := b.multi(ctx,
@@ -164,7 +169,7 @@ func (b *Backend) createNode(ctx context.Context, dir, guid string, data lockDat
 			return nil, err
 		}
 		// The directory exists: others are in line, or were a moment ago.
-		path, err = b.create(ctx, dir+"/"+nodeStem(guid), enc, zk.FlagEphemeral|zk.FlagSequence)
+		path, err = b.create(ctx, dir+"/"+stem, enc, zk.FlagEphemeral|zk.FlagSequence)
 		switch err {
 		case nil:
 			return &node{path: path, name: path[len(dir)+1:], session: b.conn.SessionID(), data: data, sent: sent}, nil

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -151,13 +152,17 @@ func exists(t testing.TB, conn *zk.Conn, path string) bool {
 	return ok
 }
 
-// runHolder is the child process of startHolder: it holds a lock through a session of its own
-// and reports the token, then stays until it is killed (or, should the test binary die without
-// killing it, for a minute).
+// runHolder is the child process of startHolder: it holds a lock, or a permit of a semaphore
+// of limit permits, through a session of its own and reports the token, then stays until it is
+// killed (or, should the test binary die without killing it, for a minute).
 func runHolder(spec string) int {
 	f := strings.Fields(spec)
-	if len(f) != 3 {
-		fmt.Fprintf(os.Stderr, "%s=%q: want \"addr name owner\"\n", holderEnv, spec)
+	limit := 0
+	if len(f) == 4 {
+		limit, _ = strconv.Atoi(f[3])
+	}
+	if len(f) < 3 || len(f) > 4 || len(f) == 4 && limit < 1 {
+		fmt.Fprintf(os.Stderr, "%s=%q: want \"addr name owner [limit]\"\n", holderEnv, spec)
 		return 2
 	}
 	conn, _, err := zk.Connect([]string{f[0]}, sessionTimeout, zk.WithLogger(quietLogger{}))
@@ -168,7 +173,12 @@ func runHolder(spec string) int {
 	c := fencelock.New(newBackend(conn), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lock, err := c.Obtain(ctx, f[1], fencelock.WithOwner(f[2]))
+	var lock *fencelock.Lock
+	if limit > 0 {
+		lock, err = c.Semaphore(f[1], limit).Acquire(ctx, fencelock.WithOwner(f[2]))
+	} else {
+		lock, err = c.Obtain(ctx, f[1], fencelock.WithOwner(f[2]))
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

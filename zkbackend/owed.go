@@ -44,19 +44,16 @@ var settleBackoff = [...]time.Duration{50 * time.Millisecond, 250 * time.Millise
 // node a later grant adopted. Removals of other holds in the same node are left alone: each
 // takes out its own hold only.
 type owed struct {
-	name, owner, hold string
-	guid              string
-	session           int64           // the session that owns, or would own, the node; 0: not known
-	pending           <-chan struct{} // closed once the write that left this owed has its answer
+	holder  // the lock's or permit's, and its owner
+	hold    string
+	guid    string
+	session int64           // the session that owns, or would own, the node; 0: not known
+	pending <-chan struct{} // closed once the write that left this owed has its answer
 }
 
-func (o owed) of(k holder, hold string) bool {
-	return o.name == k.name && o.owner == k.owner && o.hold == hold
-}
+func (o owed) of(k holder, hold string) bool { return o.holder == k && o.hold == hold }
 
-func (o owed) same(p owed) bool {
-	return o.name == p.name && o.owner == p.owner && o.hold == p.hold && o.guid == p.guid
-}
+func (o owed) same(p owed) bool { return o.of(p.holder, p.hold) && o.guid == p.guid }
 
 func (o owed) waiting() bool {
 	if o.pending == nil {
@@ -260,7 +257,20 @@ func (b *Backend) finish(o owed, done bool, pending <-chan struct{}) {
 // It reports whether nothing is owed any more, and, when not, the write it left in flight.
 func (b *Backend) clear(ctx context.Context, o owed) (bool, <-chan struct{}) {
 	dir := b.Path(o.name)
-	q, err := b.queue(ctx, dir)
+	if o.permit && o.guid == "" {
+		h, err := b.permitOf(ctx, o.holder)
+		if err != nil {
+			return errors.Is(err, fencelock.ErrNotHeld) || errors.Is(err, fencelock.ErrInvalid), nil
+		}
+		o.guid = h.guid()
+	}
+	var q []entry
+	var err error
+	if o.permit {
+		q, err = b.permits(ctx, dir, false)
+	} else {
+		q, err = b.queue(ctx, dir)
+	}
 	if err != nil {
 		return false, nil
 	}
@@ -284,7 +294,7 @@ func (b *Backend) clear(ctx context.Context, o owed) (bool, <-chan struct{}) {
 	case data.owner != o.owner:
 		return true, nil // first in line is another owner: the release has nothing to act on
 	}
-	_, err = b.releaseNode(ctx, holder{o.name, o.owner}, path, o.hold, data, stat.Version, true)
+	_, err = b.releaseNode(ctx, o.holder, path, o.hold, data, stat.Version, true)
 	return err == nil || err == errVanished || errors.Is(err, fencelock.ErrInvalid), inFlight(err)
 }
 

@@ -118,8 +118,8 @@ func TestWithOwnerInAnotherProcess(t *testing.T) {
 	}
 }
 
-// holderEnv names the lock and owner a child process of the test binary holds (see
-// runHolder), as "name owner".
+// holderEnv names the server, the lock and owner a child process of the test binary holds
+// (see runHolder), as "addr name owner", and for a permit the semaphore's limit after them.
 const holderEnv = "ZKBACKEND_TEST_HOLDER"
 
 // startHolder starts a process that holds name for owner through a session of its own, and
@@ -127,8 +127,19 @@ const holderEnv = "ZKBACKEND_TEST_HOLDER"
 // test ends.
 func startHolder(t *testing.T, name, owner string) (*os.Process, int64) {
 	t.Helper()
+	return startHolderOf(t, name+" "+owner)
+}
+
+// startPermitHolder is startHolder for a permit of the semaphore name of limit permits.
+func startPermitHolder(t *testing.T, name, owner string, limit int) (*os.Process, int64) {
+	t.Helper()
+	return startHolderOf(t, name+" "+owner+" "+strconv.Itoa(limit))
+}
+
+func startHolderOf(t *testing.T, spec string) (*os.Process, int64) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), holderEnv+"="+server.Addr+" "+name+" "+owner)
+	cmd.Env = append(os.Environ(), holderEnv+"="+server.Addr+" "+spec)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()

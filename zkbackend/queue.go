@@ -21,7 +21,7 @@ const leaveGrace = 25 * time.Millisecond
 // node just ahead of n, so that a release wakes one waiter, not the whole line. Not queued, it
 // takes n out of line again when n is not first.
 func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Request, n *node, queued bool) (fencelock.Grant, holding, error) {
-	k := holder{req.Name, req.Owner}
+	k := keyOf(req.Name, req.Owner, 0)
 	if n.first {
 		return b.seize(ctx, start, k, n, n.sent, true)
 	}
@@ -81,7 +81,7 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 		case head.mine:
 			// The owner holds the lock through another node: enter that one rather than wait
 			// behind itself.
-			g, h, err := b.enter(ctx, start, k, head.holding, req.Hold, true)
+			g, h, err := b.enter(ctx, start, k, head.holding, req, true)
 			if err == errVanished {
 				continue
 			}
@@ -216,7 +216,7 @@ func (b *Backend) seize(ctx context.Context, start time.Time, k holder, n *node,
 // leaveGrace for it; when n cannot be removed by then, its removal is owed: a node left in
 // line would reach its head and hold the lock for no one.
 func (b *Backend) leave(ctx context.Context, k holder, n *node, cause error) (fencelock.Grant, holding, error) {
-	o := owed{name: k.name, owner: k.owner, hold: n.hold, guid: parseGUID(n.name), session: n.session}
+	o := owed{holder: k, hold: n.hold, guid: parseGUID(n.name), session: n.session}
 	if b.conn.State() != zk.StateHasSession {
 		b.owe(o)
 		return fencelock.Grant{}, holding{}, cause

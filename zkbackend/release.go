@@ -11,8 +11,9 @@ import (
 )
 
 // Release implements fencelock.Backend. It acts only on the first node in line, and only when
-// that node names lease.Owner; the last hold deletes the node, and the lock's directory with it
-// when no one else is in line.
+// that node names lease.Owner (for a permit, only on a node of lease.Owner that holds its
+// permits); the last hold deletes the node, and the directory with it when no one else is in
+// line.
 //
 // A release that cannot be confirmed — the connection is down, or ctx ends first — returns an
 // error matching fencelock.ErrUnavailable or ctx's error, and is owed: the Backend makes it
@@ -22,8 +23,8 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	if err := b.usable(ctx, lease.Name); err != nil {
 		return 0, err
 	}
-	k := holder{lease.Name, lease.Owner}
-	o := owed{name: lease.Name, owner: lease.Owner, hold: hold}
+	k := keyOf(lease.Name, lease.Owner, lease.Limit)
+	o := owed{holder: k, hold: hold}
 	h, cached := b.holding(k)
 	if cached && b.lost(h) {
 		b.forget(k, h.path)
@@ -56,6 +57,18 @@ func (b *Backend) release(ctx context.Context, k holder, hold string, h holding,
 	for range lookTries {
 		if err := ctx.Err(); err != nil {
 			return 0, err
+		}
+		if k.permit {
+			h, err := b.permitOf(ctx, k)
+			if err != nil {
+				return 0, err
+			}
+			o.guid, o.session = h.guid(), h.session
+			n, err := b.releaseNode(ctx, k, h.path, hold, h.data, h.version, true)
+			if err == errVanished {
+				continue
+			}
+			return n, err
 		}
 		q, err := b.queue(ctx, dir)
 		if err != nil {

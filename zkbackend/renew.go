@@ -29,7 +29,7 @@ func (b *Backend) renew(ctx context.Context, l fencelock.Lease, synced map[*zk.C
 	if err := b.usable(ctx, l.Name); err != nil {
 		return 0, err
 	}
-	k := holder{l.Name, l.Owner}
+	k := keyOf(l.Name, l.Owner, l.Limit)
 	h, ok := b.holding(k)
 	if ok && b.lost(h) {
 		b.forget(k, h.path)
@@ -38,7 +38,12 @@ func (b *Backend) renew(ctx context.Context, l fencelock.Lease, synced map[*zk.C
 	if !ok {
 		// Not known here (another Backend made the node for the same owner): look.
 		var err error
-		if h, err = b.headOf(ctx, k); err != nil {
+		if k.permit {
+			h, err = b.permitOf(ctx, k)
+		} else {
+			h, err = b.headOf(ctx, k)
+		}
+		if err != nil {
 			return 0, err
 		}
 	}

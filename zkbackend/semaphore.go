@@ -1,0 +1,365 @@
+package zkbackend
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"reflect"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock"
+)
+
+var _ fencelock.Semaphores = (*Backend)(nil)
+
+// A semaphore of limit L is a line as a lock's is, in the same directory <root>/<name>: each
+// holder and waiter has an ephemeral sequential permit node (see permitStem), and a node holds
+// its permits when they and those of every node before it fit in L, so that no node passes one
+// that came before it. Once a node holds, it holds until it goes: nodes join only at the end of
+// the line, and a node's weight never grows. A node's czxid is its permit's fencing token.
+//
+// Every node in line must agree on the limit: a node holds only when every node before it has
+// its limit, and an acquisition that finds another limit in line fails with a
+// *fencelock.LimitError and leaves. Nodes read the line after they joined, so of two that
+// disagree the younger one always sees the older one.
+
+// checkPermit says why req cannot ask for a permit.
+func checkPermit(req fencelock.Request) error {
+	switch {
+	case req.Limit > math.MaxInt32:
+		return fmt.Errorf("%w: semaphore %q: limit %d: want at most %d", fencelock.ErrInvalid, req.Name, req.Limit, math.MaxInt32)
+	case req.Weight < 0 || req.Weight > req.Limit:
+		return fmt.Errorf("%w: semaphore %q: weight %d: want 1 to the limit, %d", fencelock.ErrInvalid, req.Name, req.Weight, req.Limit)
+	}
+	return nil
+}
+
+// attemptPermit is attempt for a permit of the semaphore req.Name.
+func (b *Backend) attemptPermit(ctx context.Context, start time.Time, req fencelock.Request, guid string, queued bool, left []owed) (fencelock.Grant, holding, error) {
+	if err := checkPermit(req); err != nil {
+		return fencelock.Grant{}, holding{}, err
+	}
+	k := keyOf(req.Name, req.Owner, req.Limit)
+	dir := b.Path(req.Name)
+	for range lookTries {
+		if h, ok := b.holding(k); ok {
+			if b.lost(h) || !b.vouchable(h.session) {
+				b.forget(k, h.path)
+			} else if g, h, err := b.enter(ctx, start, k, h, req, false); err != errVanished {
+				return g, h, err
+			}
+		}
+		if !queued {
+			// Look before joining, as for a lock: all permits held then cost a read.
+			q, err := b.permits(ctx, dir, false)
+			if err != nil {
+				return fencelock.Grant{}, holding{}, err
+			}
+			if err := agree(req, q); err != nil {
+				return fencelock.Grant{}, holding{}, err
+			}
+			h, ok, err := b.ownPermit(ctx, dir, q, req.Owner)
+			switch {
+			case err != nil:
+				return fencelock.Grant{}, holding{}, err
+			case ok && b.vouchable(h.session):
+				g, h, err := b.enter(ctx, start, k, h, req, true)
+				if err == errVanished {
+					continue
+				}
+				return g, h, err
+			}
+			fit, _, err := b.fits(ctx, dir, append(q, entry{limit: req.Limit, weight: max(req.Weight, 1)}), len(q), false)
+			if err != nil {
+				return fencelock.Grant{}, holding{}, err
+			}
+			if !fit {
+				return fencelock.Grant{}, holding{}, &fencelock.HeldError{Name: req.Name, Limit: req.Limit}
+			}
+		}
+		n, err := b.join(ctx, req, guid, left)
+		if err != nil {
+			return fencelock.Grant{}, holding{}, err
+		}
+		return b.awaitPermit(ctx, start, req, n, queued)
+	}
+	return fencelock.Grant{}, holding{}, fmt.Errorf("%w: %q changed hands %d times while being acquired", fencelock.ErrUnavailable, req.Name, lookTries)
+}
+
+// agree says whether req's limit is that of every node in q.
+func agree(req fencelock.Request, q []entry) error {
+	for _, e := range q {
+		if e.limit != req.Limit {
+			return &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: e.limit}
+		}
+	}
+	return nil
+}
+
+// awaitPermit holds the permit once n's permits and those of every node before it fit in the
+// limit. Queued, it waits for that, watching the line and the nodes ahead that may give permits
+// back; not queued, it takes n out of line again when they do not fit.
+func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fencelock.Request, n *node, queued bool) (fencelock.Grant, holding, error) {
+	k := keyOf(req.Name, req.Owner, req.Limit)
+	if n.first {
+		// Made with the directory: alone in line, and its weight is at most the limit.
+		return b.seize(ctx, start, k, n, n.sent, true)
+	}
+	dir := parent(n.path)
+	told, looked := false, false
+	for woke := false; ; woke = true {
+		if err := ctx.Err(); err != nil {
+			return b.leave(ctx, k, n, fmt.Errorf("fencelock/zk: left the line of semaphore %q: %w", req.Name, err))
+		}
+		sent := time.Now()
+		var synced <-chan error
+		if woke {
+			synced = b.syncAsync(dir) // see await
+		}
+		q, changed, err := b.permitsW(ctx, dir, queued)
+		if err != nil {
+			return b.leave(ctx, k, n, err)
+		}
+		i := position(q, n.name)
+		if i < 0 {
+			return fencelock.Grant{}, holding{}, fmt.Errorf("%w: the permit node %s vanished while in line: its session expired, or someone deleted it", fencelock.ErrUnavailable, n.path)
+		}
+		if err := agree(req, q[:i]); err != nil {
+			return b.leave(ctx, k, n, err)
+		}
+		if !looked {
+			// The owner may hold a permit through another node: enter that one rather than
+			// wait behind itself. n is surplus either way.
+			looked = true
+			if h, ok, err := b.ownPermit(ctx, dir, q[:i], req.Owner); err != nil || ok && b.vouchable(h.session) {
+				if err != nil {
+					return b.leave(ctx, k, n, err)
+				}
+				g, h, err := b.enter(ctx, start, k, h, req, true)
+				if err != errVanished {
+					_, _, _ = b.leave(ctx, k, n, nil)
+					return g, h, err
+				}
+				continue
+			}
+		}
+		fit, gave, err := b.fits(ctx, dir, q, i, queued)
+		switch {
+		case err != nil:
+			return b.leave(ctx, k, n, err)
+		case fit && synced != nil:
+			select {
+			case err = <-synced:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			if err != nil {
+				return b.leave(ctx, k, n, classify(err))
+			}
+			g, h, err := b.seize(ctx, start, k, n, sent, true)
+			g.Waited = err == nil
+			return g, h, err
+		case fit:
+			return b.seize(ctx, start, k, n, sent, false)
+		case !queued:
+			return b.leave(ctx, k, n, &fencelock.HeldError{Name: req.Name, Limit: req.Limit})
+		}
+		if !told {
+			told = true
+			req.StartWait()
+		}
+		if err := waitAny(ctx, req.Name, append(gave, changed)); err != nil {
+			if err == errSessionGone {
+				return fencelock.Grant{}, holding{}, fmt.Errorf("%w: waiting for a permit of %q: %w", fencelock.ErrUnavailable, req.Name, err)
+			}
+			return b.leave(ctx, k, n, err)
+		}
+	}
+}
+
+// fits says whether the permits of q[i] and of every node before it fit in q[i]'s limit. A
+// node's weight is in its name, as its first hold asked; a node ahead that took more than one
+// permit may have given some back since (a write lock released under a read lock), so when the
+// names say no, fits reads those nodes — with a watch on each, when watch is set, returned with
+// the answer.
+func (b *Backend) fits(ctx context.Context, dir string, q []entry, i int, watch bool) (bool, []<-chan zk.Event, error) {
+	limit := q[i].limit
+	used := 0
+	var weighted []entry
+	for j, e := range q[:i+1] {
+		if e.limit != limit {
+			return false, nil, &fencelock.LimitError{Name: dir[len(parent(dir))+1:], Limit: limit, Stored: e.limit}
+		}
+		used += e.weight
+		if j < i && e.weight > 1 {
+			weighted = append(weighted, e)
+		}
+	}
+	if used <= limit || len(weighted) == 0 {
+		return used <= limit, nil, nil
+	}
+	var watches []<-chan zk.Event
+	for _, e := range weighted {
+		path := dir + "/" + e.name
+		var raw []byte
+		var w <-chan zk.Event
+		var err error
+		if watch {
+			raw, _, w, err = b.getW(ctx, path)
+		} else {
+			raw, _, err = b.get(ctx, path)
+		}
+		switch {
+		case err == zk.ErrNoNode:
+			used -= e.weight // gone since the list was read: the list's watch says so
+			continue
+		case err != nil:
+			return false, nil, classify(err)
+		}
+		d, err := decodeData(raw)
+		if err != nil {
+			return false, nil, fmt.Errorf("%w: %s: %w", fencelock.ErrInvalid, path, err)
+		}
+		used -= e.weight - d.weight()
+		if w != nil {
+			watches = append(watches, w)
+		}
+	}
+	return used <= limit, watches, nil
+}
+
+// ownPermit returns owner's node in q, read now, when it holds its permits. It does not ask
+// whose session the node is.
+func (b *Backend) ownPermit(ctx context.Context, dir string, q []entry, owner string) (holding, bool, error) {
+	tag := ownerTag(owner)
+	for j, e := range q {
+		if e.tag != tag {
+			continue
+		}
+		path := dir + "/" + e.name
+		sent := time.Now()
+		data, stat, err := b.read(ctx, path)
+		switch {
+		case err == errVanished:
+			continue
+		case err != nil:
+			return holding{}, false, err
+		case data.owner != owner:
+			continue // another owner whose tag is the same
+		}
+		fit, _, err := b.fits(ctx, dir, q, j, false)
+		if err != nil || !fit {
+			return holding{}, false, err
+		}
+		return holdingOf(path, data, stat, sent), true, nil
+	}
+	return holding{}, false, nil
+}
+
+// permits lists the permit nodes in dir, first in line first; a missing dir is an empty line.
+func (b *Backend) permits(ctx context.Context, dir string, watch bool) ([]entry, error) {
+	q, _, err := b.permitsW(ctx, dir, watch)
+	return q, err
+}
+
+// permitsW is permits with, when watch is set, a watch on the line.
+func (b *Backend) permitsW(ctx context.Context, dir string, watch bool) ([]entry, <-chan zk.Event, error) {
+	var children []string
+	var changed <-chan zk.Event
+	var err error
+	if watch {
+		children, changed, err = b.childrenW(ctx, dir)
+	} else {
+		children, err = b.children(ctx, dir)
+	}
+	switch {
+	case err == zk.ErrNoNode:
+		return nil, nil, nil
+	case err != nil:
+		return nil, nil, classify(err)
+	}
+	return lineUp(children, true), changed, nil
+}
+
+// waitAny waits for an event on one of watches, or for ctx to end. It returns errSessionGone
+// when go-zookeeper ended a watch with the session.
+func waitAny(ctx context.Context, name string, watches []<-chan zk.Event) error {
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}}
+	for _, w := range watches {
+		if w != nil {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
+		}
+	}
+	i, v, _ := reflect.Select(cases)
+	if i == 0 {
+		// The watches stay registered until what they watch changes (see waitTurn).
+		return fmt.Errorf("fencelock/zk: left the line of semaphore %q: %w", name, ctx.Err())
+	}
+	if ev, ok := v.Interface().(zk.Event); ok && ev.Err != nil {
+		return errSessionGone
+	}
+	return nil
+}
+
+// permitOf returns k's permit node, when its owner holds one.
+func (b *Backend) permitOf(ctx context.Context, k holder) (holding, error) {
+	dir := b.Path(k.name)
+	q, err := b.permits(ctx, dir, false)
+	if err != nil {
+		return holding{}, err
+	}
+	h, ok, err := b.ownPermit(ctx, dir, q, k.owner)
+	switch {
+	case err != nil:
+		return holding{}, err
+	case !ok:
+		return holding{}, fmt.Errorf("%w: this owner holds no permit of %q in ZooKeeper", fencelock.ErrNotHeld, k.name)
+	}
+	return h, nil
+}
+
+// InspectSemaphore implements fencelock.Semaphores. A permit's Remaining is zero, as a lock's
+// is (see Inspect); Token is the newest permit's.
+func (b *Backend) InspectSemaphore(ctx context.Context, name string) (fencelock.SemaphoreInfo, error) {
+	info := fencelock.SemaphoreInfo{Name: name}
+	if err := b.usable(ctx, name); err != nil {
+		return info, err
+	}
+	dir := b.Path(name)
+look:
+	for range lookTries {
+		q, err := b.permits(ctx, dir, false)
+		if err != nil || len(q) == 0 {
+			return info, err
+		}
+		info = fencelock.SemaphoreInfo{Name: name, Limit: q[0].limit}
+		for i, e := range q {
+			data, stat, err := b.read(ctx, dir+"/"+e.name)
+			switch {
+			case err == errVanished:
+				continue look // released meanwhile: look again
+			case err != nil:
+				return info, err
+			}
+			if e.limit != info.Limit || info.InUse+data.weight() > info.Limit {
+				// This one waits, and so does every later one: none passes one before it.
+				info.Waiting = len(q) - i
+				break
+			}
+			info.InUse += data.weight()
+			info.Token = max(info.Token, stat.Czxid)
+			info.Permits = append(info.Permits, fencelock.Info{Name: name, Held: true, Owner: data.owner, Count: data.count(),
+				Token: stat.Czxid, Meta: data.meta, Weight: data.weight()})
+		}
+		return info, nil
+	}
+	return info, fmt.Errorf("%w: %q changed hands %d times while being inspected", fencelock.ErrUnavailable, name, lookTries)
+}
+
+// SemaphoreNames implements fencelock.SemaphoreNamer: the names under the root, which hold
+// locks, semaphores or both; ListSemaphores asks InspectSemaphore about each.
+func (b *Backend) SemaphoreNames(ctx context.Context, prefix string) ([]string, error) {
+	return b.Names(ctx, prefix)
+}
