@@ -141,6 +141,37 @@ func ExampleSemaphore() {
 	// third permit not obtained: true
 }
 
+func ExampleClient_ListSemaphores() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locker := fencelock.New(redisbackend.New(rdb))
+	defer locker.Close()
+
+	permit, err := locker.Semaphore("report-workers", 3).Acquire(ctx, fencelock.WithMetadata("host-a"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer permit.Release(ctx)
+
+	// What an operator sees: each semaphore in use, its waiters, and who holds its permits.
+	sems, err := locker.ListSemaphores(ctx, "report-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, s := range sems {
+		fmt.Printf("%s: %d of %d permits in use, %d waiting\n", s.Name, s.InUse, s.Limit, s.Waiting)
+		for _, p := range s.Permits {
+			fmt.Println("  held by", p.Meta+", under the permit's token:", p.Token == permit.Token())
+		}
+	}
+	// Output:
+	// report-workers: 1 of 3 permits in use, 0 waiting
+	//   held by host-a, under the permit's token: true
+}
+
 func ExampleElection_Lead() {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()

@@ -10,7 +10,8 @@ import (
 )
 
 // RunRWLock runs the suite of weighted permits and the read-write lock as subtests of t, for a
-// backend that keeps weighted semaphores.
+// backend that keeps weighted semaphores. Listed skips a backend that is no
+// fencelock.SemaphoreNamer.
 func RunRWLock(t *testing.T, target Target) {
 	s := suite{Target: target}
 	t.Run("WeightedPermits", s.semWeighted)
@@ -20,6 +21,7 @@ func RunRWLock(t *testing.T, target Target) {
 	t.Run("UpgradeRefusedAtOnce", s.rwUpgrade)
 	t.Run("Reentry", s.rwReentry)
 	t.Run("CrashedWriterLockReturns", s.rwCrashedWriter)
+	t.Run("Listed", s.rwListed)
 }
 
 // A permit of weight k takes k permits, a waiter of weight k is not passed by later ones that
@@ -303,5 +305,49 @@ func (s suite) rwCrashedWriter(t *testing.T) {
 	defer r.Release(ctx)
 	if waited := time.Since(start); waited > 5*s.TTL {
 		t.Fatalf("the dead writer's lock came back after %v; its TTL was %v", waited, s.TTL)
+	}
+}
+
+// A read-write lock is listed with the semaphores, as the semaphore of RWReaders permits it
+// is: a writer takes every permit, a reader one.
+func (s suite) rwListed(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	b := s.listing(t)
+	pfx := s.name(t) + "/"
+	rw := s.client(t).RWLock(pfx + "rw")
+	w, err := rw.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sems, err := fencelock.ListSemaphores(ctx, b, pfx)
+	if err != nil || len(sems) != 1 {
+		t.Fatalf("ListSemaphores(%q) while write-locked = %+v, %v; want the lock's semaphore", pfx, sems, err)
+	}
+	if si := sems[0]; si.Name != pfx+"rw" || si.Limit != fencelock.RWReaders || si.InUse != fencelock.RWReaders || len(si.Permits) != 1 ||
+		si.Permits[0].Owner != w.Owner() || si.Permits[0].Weight != fencelock.RWReaders {
+		t.Fatalf("the write-locked semaphore: %+v, want the writer's permit of every permit", si)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var readers []*fencelock.Lock
+	for _, c := range []*fencelock.Client{s.client(t), s.client(t)} {
+		r, err := c.RWLock(pfx + "rw").RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readers = append(readers, r)
+	}
+	sems, err = fencelock.ListSemaphores(ctx, b, pfx)
+	if err != nil || len(sems) != 1 || sems[0].InUse != 2 || len(sems[0].Permits) != 2 {
+		t.Fatalf("ListSemaphores(%q) with two readers = %+v, %v", pfx, sems, err)
+	}
+	for _, r := range readers {
+		if err := r.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sems, err := fencelock.ListSemaphores(ctx, b, pfx); err != nil || len(sems) != 0 {
+		t.Fatalf("ListSemaphores(%q) once every reader released = %+v, %v", pfx, sems, err)
 	}
 }

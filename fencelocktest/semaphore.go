@@ -13,7 +13,8 @@ import (
 )
 
 // RunSemaphore runs the semaphore suite as subtests of t, for a backend that implements
-// fencelock.Semaphores. It uses Target.DropPermit, not Target.Drop.
+// fencelock.Semaphores. It uses Target.DropPermit, not Target.Drop. List skips a backend that
+// is no fencelock.SemaphoreNamer.
 func RunSemaphore(t *testing.T, target Target) {
 	s := suite{Target: target}
 	t.Run("LimitHonoured", s.semLimitHonoured)
@@ -27,6 +28,7 @@ func RunSemaphore(t *testing.T, target Target) {
 	t.Run("RefreshAndReentryWithOwner", s.semRefreshAndReentry)
 	t.Run("WaitContextEndsLeavesLine", s.semWaitContextEnds)
 	t.Run("BadInput", s.semBadInput)
+	t.Run("List", s.semList)
 }
 
 // The limit is honoured, permits have tokens that increase, and a released permit goes to
@@ -424,5 +426,132 @@ func (s suite) semBadInput(t *testing.T) {
 	var nilClient *fencelock.Client
 	if _, err := nilClient.Semaphore(s.name(t), 1).TryAcquire(ctx); !errors.Is(err, fencelock.ErrInvalid) {
 		t.Errorf("nil client: %v, want ErrInvalid", err)
+	}
+}
+
+// listing returns a backend of the target that lists its semaphores, or skips t.
+func (s suite) listing(t *testing.T) fencelock.Backend {
+	b := s.New(t)
+	if _, ok := b.(fencelock.SemaphoreNamer); !ok {
+		t.Skip("the backend cannot list its semaphores: it is no fencelock.SemaphoreNamer")
+	}
+	return b
+}
+
+// names returns the names of sems, in order.
+func names(sems []fencelock.SemaphoreInfo) []string {
+	out := []string{}
+	for _, s := range sems {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// ListSemaphores finds the semaphores with permits held or waiters whose names start with the
+// prefix, each with its holders; not one whose permits were released, nor one outside the
+// prefix; and the lock of a semaphore's name is in List alone, the semaphore in ListSemaphores
+// alone.
+func (s suite) semList(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	b := s.listing(t)
+	base := s.name(t)
+	pfx := base + "/"
+	c, other := s.client(t), s.client(t)
+	a1, err := c.Semaphore(pfx+"a", 3).Acquire(ctx, fencelock.WithMetadata("worker 1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := other.Semaphore(pfx+"a", 3).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1, err := c.Semaphore(pfx+"b", 1).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside, err := c.Semaphore(base+"-outside", 1).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := c.Semaphore(pfx+"gone", 1).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := c.Obtain(ctx, pfx+"a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter for b, which b1 holds until the end.
+	waiting := s.client(t).Semaphore(pfx+"b", 1)
+	wctx, stop := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		p, err := waiting.Acquire(wctx)
+		if err == nil {
+			_ = p.Release(ctx)
+			err = errors.New("the waiter got a permit that was held")
+		}
+		waited <- err
+	}()
+	defer func() {
+		stop()
+		if err := <-waited; !errors.Is(err, context.Canceled) {
+			t.Errorf("the waiter: %v, want context.Canceled", err)
+		}
+		for _, l := range []*fencelock.Lock{b1, outside, lock} {
+			_ = l.Release(ctx)
+		}
+	}()
+	waitUntil(t, 10*time.Second, "the waiter never joined the line", func() bool {
+		info, err := waiting.Inspect(ctx)
+		return err == nil && info.Waiting == 1
+	})
+
+	sems, err := fencelock.ListSemaphores(ctx, b, pfx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(sems); len(got) != 2 || got[0] != pfx+"a" || got[1] != pfx+"b" {
+		t.Fatalf("ListSemaphores(%q) = %q, want %q", pfx, got, []string{pfx + "a", pfx + "b"})
+	}
+	sa, sb := sems[0], sems[1]
+	if sa.Limit != 3 || sa.InUse != 2 || sa.Waiting != 0 || len(sa.Permits) != 2 {
+		t.Fatalf("semaphore a: %+v, want limit 3, 2 permits in use, none waiting", sa)
+	}
+	want := map[string]*fencelock.Lock{a1.Owner(): a1, a2.Owner(): a2}
+	for _, p := range sa.Permits {
+		l := want[p.Owner]
+		if l == nil || p.Token != l.Token() || p.Name != pfx+"a" || !p.Held || p.Count != 1 || p.Weight != 1 {
+			t.Fatalf("semaphore a: permit %+v is none of its holders' (%s %d, %s %d)", p, a1.Owner(), a1.Token(), a2.Owner(), a2.Token())
+		}
+		if (l == a1) != (p.Meta == "worker 1") {
+			t.Fatalf("semaphore a: permit %+v, want the metadata of its holder", p)
+		}
+		delete(want, p.Owner)
+	}
+	if sb.Limit != 1 || sb.InUse != 1 || sb.Waiting != 1 || len(sb.Permits) != 1 || sb.Permits[0].Owner != b1.Owner() || sb.Permits[0].Token != b1.Token() {
+		t.Fatalf("semaphore b: %+v, want b1's permit (%s %d) and one waiter", sb, b1.Owner(), b1.Token())
+	}
+	if _, ok := b.(fencelock.Namer); ok {
+		locks, err := fencelock.List(ctx, b, pfx)
+		if err != nil || len(locks) != 1 || locks[0].Name != pfx+"a" || locks[0].Owner != lock.Owner() {
+			t.Fatalf("List(%q) = %+v, %v: want the lock %q alone, no semaphore", pfx, locks, err, pfx+"a")
+		}
+	}
+	if sems, err := c.ListSemaphores(ctx, pfx+"b"); err != nil || len(sems) != 1 || sems[0].Name != pfx+"b" {
+		t.Fatalf("Client.ListSemaphores(%q) = %q, %v", pfx+"b", names(sems), err)
+	}
+
+	for _, p := range []*fencelock.Lock{a1, a2} {
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sems, err = fencelock.ListSemaphores(ctx, b, pfx)
+	if err != nil || len(sems) != 1 || sems[0].Name != pfx+"b" {
+		t.Fatalf("ListSemaphores(%q) after a's permits were released = %q, %v; want b alone (a's lock is no semaphore)", pfx, names(sems), err)
 	}
 }

@@ -9,8 +9,9 @@ import (
 )
 
 var (
-	_ fencelock.Namer         = (*Backend)(nil)
-	_ fencelock.ForceReleaser = (*Backend)(nil)
+	_ fencelock.Namer          = (*Backend)(nil)
+	_ fencelock.SemaphoreNamer = (*Backend)(nil)
+	_ fencelock.ForceReleaser  = (*Backend)(nil)
 )
 
 // Names implements fencelock.Namer with SCAN over every master.
@@ -19,6 +20,17 @@ func (b *Backend) Names(ctx context.Context, prefix string) ([]string, error) {
 		return nil, err
 	}
 	return redislayer.Names(ctx, b.c, b.prefix, prefix)
+}
+
+// SemaphoreNames implements fencelock.SemaphoreNamer with SCAN over every master: the
+// semaphores whose permits key (<prefix>{N}:s) or line (:s:q) exists. The line counts as well:
+// when the last permit is released its keys go, and the waiter promised it takes it at its
+// next attempt, a moment later.
+func (b *Backend) SemaphoreNames(ctx context.Context, prefix string) ([]string, error) {
+	if err := b.open(); err != nil {
+		return nil, err
+	}
+	return redislayer.NamesOf(ctx, b.c, b.prefix, prefix, semSuffixes[0], semSuffixes[3])
 }
 
 // ForceRelease implements fencelock.ForceReleaser: it ends the lock whoever holds it and hands

@@ -3,9 +3,13 @@ package redisbackend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
@@ -68,6 +72,107 @@ func TestListAndForceRelease(t *testing.T) {
 	}
 }
 
+// ListSemaphores on a Cluster finds the semaphores on every master, and not their locks.
+func TestListSemaphoresCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := testserver.StartCluster(t, 3).ClientT(t)
+	b := redisbackend.New(rdb)
+	c := fencelock.New(b)
+	defer c.Close()
+	var want []string
+	for i := range 8 {
+		name := fmt.Sprintf("pool:%d", i)
+		p, err := c.Semaphore(name, 2).Acquire(ctx, fencelock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Release(ctx)
+		want = append(want, name)
+	}
+	lock, err := c.Obtain(ctx, "pool:lock", fencelock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	var mu sync.Mutex
+	masters := 0 // the masters that keep some of the semaphores
+	err = rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		n, err := m.DBSize(ctx).Result()
+		if n > 0 {
+			mu.Lock()
+			masters++
+			mu.Unlock()
+		}
+		return err
+	})
+	if err != nil || masters < 2 {
+		t.Fatalf("the semaphores are kept on %d masters (%v); the test wants names on several", masters, err)
+	}
+	sems, err := fencelock.ListSemaphores(ctx, b, "pool:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range sems {
+		if len(s.Permits) != 1 || s.Limit != 2 {
+			t.Errorf("%s: %+v, want one permit of 2", s.Name, s)
+		}
+		got = append(got, s.Name)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ListSemaphores(pool:) = %q, want %q", got, want)
+	}
+}
+
+// A semaphore whose last permit was released while a waiter is in line is listed, with its
+// waiter: the permits' keys are gone until the waiter's next attempt takes the permit. The
+// waiter's connection is held up so that its next attempt does not come before the listing.
+func TestListSemaphoresWaiterAlone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := testserver.StartRedis(t)
+	b := redisbackend.New(r.ClientT(t))
+	c := fencelock.New(b)
+	defer c.Close()
+	proxy := testserver.StartProxy(t, r.Addr)
+	far := fencelock.New(redisbackend.New(redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})))
+	defer far.Close()
+	holder, err := c.Semaphore("line", 1).Acquire(ctx, fencelock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	waited := make(chan error, 1)
+	go func() {
+		p, err := far.Semaphore("line", 1).Acquire(wctx, fencelock.WithTTL(10*time.Second))
+		if err == nil {
+			err = p.Release(ctx)
+		}
+		waited <- err
+	}()
+	for info, _ := c.Semaphore("line", 1).Inspect(ctx); info.Waiting != 1; info, _ = c.Semaphore("line", 1).Inspect(ctx) {
+		if ctx.Err() != nil {
+			t.Fatal("the waiter never joined the line")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	proxy.Blackhole() // its place in line lives 5s after its last attempt
+	defer proxy.Restore()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sems, err := fencelock.ListSemaphores(ctx, b, "")
+	if err != nil || len(sems) != 1 || sems[0].Name != "line" || sems[0].Waiting != 1 || len(sems[0].Permits) != 0 {
+		t.Fatalf("ListSemaphores with one waiter and no permit held = %+v, %v", sems, err)
+	}
+	proxy.Restore()
+	if err := <-waited; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+}
+
 // Close is final: every call after it fails with an error matching fencelock.ErrClosed, and
 // none reaches the server.
 func TestCloseIsFinal(t *testing.T) {
@@ -89,6 +194,7 @@ func TestCloseIsFinal(t *testing.T) {
 	_, calls["Release"] = b.Release(ctx, fencelock.Lease{Name: "closed", Owner: "o", TTL: time.Second}, "")
 	_, calls["Inspect"] = b.Inspect(ctx, "closed")
 	_, calls["List"] = fencelock.List(ctx, b, "")
+	_, calls["ListSemaphores"] = fencelock.ListSemaphores(ctx, b, "")
 	_, _, calls["WatchRelease"] = b.WatchRelease(ctx, "closed")
 	for name, err := range calls {
 		if !errors.Is(err, fencelock.ErrClosed) {

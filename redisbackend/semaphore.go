@@ -22,10 +22,18 @@ import (
 // made by then. A waiter's place lapses min(TTL, 5s) after its last attempt, as in a lock's
 // line.
 
+// semSuffixes are what a semaphore's keys add to the lock key of its name: its permits,
+// expiries, fence counter, line and places.
+var semSuffixes = [...]string{":s", ":s:x", ":s:f", ":s:q", ":s:qt"}
+
 // semKeys returns a semaphore's permits, expiries, fence counter, line and places.
 func (b *Backend) semKeys(name string) []string {
-	base := b.Key(name) + ":s"
-	return []string{base, base + ":x", base + ":f", base + ":q", base + ":qt"}
+	key := b.Key(name)
+	keys := make([]string, len(semSuffixes))
+	for i, s := range semSuffixes {
+		keys[i] = key + s
+	}
+	return keys
 }
 
 // InspectSemaphore implements fencelock.Semaphores.

@@ -38,17 +38,44 @@ func CheckName(name string) error {
 func Key(prefix, name string) string { return prefix + "{" + name + "}" }
 
 // Names returns the names of the locks under prefix whose names start with namePrefix, from
-// a SCAN of every master. It sees the keys there when each was scanned, not at one instant; a
-// name may come more than once.
+// a SCAN of every master. It sees the keys there when each was scanned, not at one instant.
 func Names(ctx context.Context, c redisconn.Conn, prefix, namePrefix string) ([]string, error) {
-	match := globEscape(prefix+"{"+namePrefix) + "*}"
-	var mu sync.Mutex // ForEachMaster may call at once for several masters
+	return NamesOf(ctx, c, prefix, namePrefix, "")
+}
+
+// NamesOf returns the names N that start with namePrefix of the keys <prefix>{N}<suffix>,
+// for each of suffixes (one or more), each name once, from one SCAN of every master. It sees the keys there
+// when each was scanned, not at one instant.
+func NamesOf(ctx context.Context, c redisconn.Conn, prefix, namePrefix string, suffixes ...string) ([]string, error) {
+	// One pattern for every suffix, so that each master is scanned once: the suffixes' common
+	// beginning, then anything when they differ; the keys found are held to each suffix here.
+	common := suffixes[0]
+	for _, s := range suffixes[1:] {
+		for !strings.HasPrefix(s, common) {
+			common = common[:len(common)-1]
+		}
+	}
+	match := globEscape(prefix+"{"+namePrefix) + "*}" + globEscape(common)
+	if len(suffixes) > 1 {
+		match += "*"
+	}
+	var mu sync.Mutex // ForEachMaster may call at once for several masters; guards seen and names
+	seen := map[string]bool{}
 	var names []string
 	err := c.ForEachMaster(ctx, func(ctx context.Context, n redisconn.Node) error {
 		return scan(ctx, n, match, func(key string) {
 			mu.Lock()
-			names = append(names, key[len(prefix)+1:len(key)-1])
-			mu.Unlock()
+			defer mu.Unlock()
+			for _, s := range suffixes {
+				end := len(key) - len(s) - 1 // the closing brace
+				if end < len(prefix)+1 || !strings.HasSuffix(key, "}"+s) {
+					continue
+				}
+				if name := key[len(prefix)+1 : end]; !seen[name] {
+					seen[name] = true
+					names = append(names, name)
+				}
+			}
 		})
 	})
 	if err != nil {
