@@ -64,6 +64,7 @@ type nemesisVerdict struct {
 	Named   int                 // believed-valid overlaps that docs/SAFETY.md names (after a data loss), within bound
 
 	Grants, Writes, Refused, Calls, Lost, Faults int
+	Permits                                      int           // grants of permits and read-write locks (the permit thread's)
 	Stalls                                       int           // stretches a worker process ran nothing (watchStalls), outside its SIGSTOPs
 	LongestStall                                 time.Duration // the longest of them, outside its SIGSTOPs
 }
@@ -459,6 +460,7 @@ func (h *nemesisHistory) checkPermits(v *nemesisVerdict) {
 		if g.K != "grant" || !strings.HasPrefix(g.Name, permitPrefix) && !strings.HasPrefix(g.Name, rwPrefix) {
 			continue
 		}
+		v.Permits++
 		end := g.Valid
 		if d, ok := done[[2]int64{int64(g.W), g.L}]; ok {
 			end = min(d.Ret, d.Valid)

@@ -34,7 +34,7 @@ type nemesisCluster struct {
 // permits is the limit of the semaphores the workers' permit thread takes, or 0 where the
 // backend keeps none.
 func (c *nemesisCluster) permits() int {
-	if c.kind == "redis" || c.kind == "etcd" {
+	if c.kind == "redis" || c.kind == "etcd" || c.kind == "zk" {
 		return permitLimit
 	}
 	return 0
