@@ -11,19 +11,32 @@ import (
 )
 
 var (
-	_ fencelock.Namer         = (*Backend)(nil)
-	_ fencelock.ForceReleaser = (*Backend)(nil)
+	_ fencelock.Namer          = (*Backend)(nil)
+	_ fencelock.SemaphoreNamer = (*Backend)(nil)
+	_ fencelock.ForceReleaser  = (*Backend)(nil)
 )
 
 // Names implements fencelock.Namer: the locks with a key in their queue whose names start with
 // prefix.
 func (b *Backend) Names(ctx context.Context, prefix string) ([]string, error) {
+	return b.namesUnder(ctx, b.prefix, prefix)
+}
+
+// SemaphoreNames implements fencelock.SemaphoreNamer: the semaphores with a key in their line
+// (a permit held or a waiter) whose names start with prefix.
+func (b *Backend) SemaphoreNames(ctx context.Context, prefix string) ([]string, error) {
+	return b.namesUnder(ctx, b.prefix+semRoot, prefix)
+}
+
+// namesUnder returns the names that start with prefix of the queues under root, whose keys are
+// root, the escaped name, "/" and an owner ID.
+func (b *Backend) namesUnder(ctx context.Context, root, prefix string) ([]string, error) {
 	if b.err != nil {
 		return nil, b.err
 	}
 	// PathEscape maps each character on its own, so the escaped prefix is a prefix of every
 	// escaped name that starts with prefix.
-	resp, err := b.c.Get(ctx, b.prefix+url.PathEscape(prefix), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := b.c.Get(ctx, root+url.PathEscape(prefix), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -32,8 +45,8 @@ func (b *Backend) Names(ctx context.Context, prefix string) ([]string, error) {
 	for _, kv := range resp.Kvs {
 		// An escaped name has no "/": the name ends at the first one, and the owner ID, which
 		// may have some, follows. What does not escape back to itself is no queue's (the
-		// metadata keys).
-		escaped, _, found := strings.Cut(strings.TrimPrefix(string(kv.Key), b.prefix), "/")
+		// metadata and semaphore keys under the lock's root).
+		escaped, _, found := strings.Cut(strings.TrimPrefix(string(kv.Key), root), "/")
 		name, err := url.PathUnescape(escaped)
 		if !found || err != nil || url.PathEscape(name) != escaped || seen[name] || !strings.HasPrefix(name, prefix) {
 			continue

@@ -44,10 +44,13 @@ func (b *Backend) place(name, owner string, limit int) place {
 // semaphore's line, is kept under. Its create revision is the permit's fencing token.
 func (b *Backend) PermitKey(name, owner string) string { return b.semPrefix(name) + owner }
 
-// semPrefix is the prefix of the keys of the semaphore name. It starts with "!", as the
-// metadata keys do, so that no lock's queue prefix is a prefix of it.
+// semRoot follows the Backend's prefix in the keys of every semaphore. It starts with "!", as
+// the metadata keys do, so that no lock's queue prefix is a prefix of it.
+const semRoot = "!sem/"
+
+// semPrefix is the prefix of the keys of the semaphore name.
 func (b *Backend) semPrefix(name string) string {
-	return b.prefix + "!sem/" + url.PathEscape(name) + "/"
+	return b.prefix + semRoot + url.PathEscape(name) + "/"
 }
 
 // value is the value of p's key with holds h.
