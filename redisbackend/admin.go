@@ -24,8 +24,8 @@ func (b *Backend) Names(ctx context.Context, prefix string) ([]string, error) {
 
 // SemaphoreNames implements fencelock.SemaphoreNamer with SCAN over every master: the
 // semaphores whose permits key (<prefix>{N}:s) or line (:s:q) exists. The line counts as well:
-// when the last permit is released its keys go, and the waiter promised it takes it at its
-// next attempt, a moment later.
+// when the last permit expires its keys go with it, and the first waiter takes the permit only
+// at its next attempt, a moment later.
 func (b *Backend) SemaphoreNames(ctx context.Context, prefix string) ([]string, error) {
 	if err := b.open(); err != nil {
 		return nil, err

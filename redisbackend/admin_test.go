@@ -125,21 +125,20 @@ func TestListSemaphoresCluster(t *testing.T) {
 	}
 }
 
-// A semaphore whose last permit was released while a waiter is in line is listed, with its
-// waiter: the permits' keys are gone until the waiter's next attempt takes the permit. The
+// A semaphore whose last permit expired while a waiter is in line is listed, with its waiter:
+// the permits' keys go with the permit, and the waiter takes it only at its next attempt. The
 // waiter's connection is held up so that its next attempt does not come before the listing.
 func TestListSemaphoresWaiterAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r := testserver.StartRedis(t)
-	b := redisbackend.New(r.ClientT(t))
-	c := fencelock.New(b)
-	defer c.Close()
+	rdb := r.ClientT(t)
+	b := redisbackend.New(rdb)
 	proxy := testserver.StartProxy(t, r.Addr)
 	far := fencelock.New(redisbackend.New(redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})))
 	defer far.Close()
-	holder, err := c.Semaphore("line", 1).Acquire(ctx, fencelock.WithTTL(10*time.Second))
-	if err != nil {
+	// A holder that died: nothing renews its permit.
+	if _, err := b.Acquire(ctx, fencelock.Request{Name: "line", Owner: "dead", Hold: "1", TTL: time.Second, Limit: 1}); err != nil {
 		t.Fatal(err)
 	}
 	wctx, stop := context.WithCancel(ctx)
@@ -152,17 +151,15 @@ func TestListSemaphoresWaiterAlone(t *testing.T) {
 		}
 		waited <- err
 	}()
-	for info, _ := c.Semaphore("line", 1).Inspect(ctx); info.Waiting != 1; info, _ = c.Semaphore("line", 1).Inspect(ctx) {
-		if ctx.Err() != nil {
-			t.Fatal("the waiter never joined the line")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(t, "the waiter never joined the line", func() bool {
+		info, err := b.InspectSemaphore(ctx, "line")
+		return err == nil && info.Waiting == 1
+	})
 	proxy.Blackhole() // its place in line lives 5s after its last attempt
 	defer proxy.Restore()
-	if err := holder.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	waitUntil(t, "the dead holder's permit never expired", func() bool {
+		return rdb.Exists(ctx, b.Key("line")+":s").Val() == 0
+	})
 	sems, err := fencelock.ListSemaphores(ctx, b, "")
 	if err != nil || len(sems) != 1 || sems[0].Name != "line" || sems[0].Waiting != 1 || len(sems[0].Permits) != 0 {
 		t.Fatalf("ListSemaphores with one waiter and no permit held = %+v, %v", sems, err)
@@ -170,6 +167,15 @@ func TestListSemaphoresWaiterAlone(t *testing.T) {
 	proxy.Restore()
 	if err := <-waited; err != nil {
 		t.Fatalf("the waiter: %v", err)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal(what)
+		}
 	}
 }
 
