@@ -100,13 +100,7 @@ func TestRunConflict(t *testing.T) {
 // more; a run that says another N while they run is told so.
 func TestRunPermits(t *testing.T) {
 	r, env := redisEnv(t)
-	permits := func() int {
-		info, err := redisbackend.New(r.ClientT(t)).InspectSemaphore(context.Background(), "pool")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(info.Permits)
-	}
+	permits := func() int { return permitsHeld(t, r, "pool") }
 	first := startRun(t, env, "run", "-n", "2", "pool", "--", "sleep", "30")
 	second := startRun(t, env, "run", "-n", "2", "pool", "--", "sleep", "30")
 	waitFor(t, 20*time.Second, "two permits never held", func() bool { return permits() == 2 })
@@ -275,10 +269,45 @@ func TestStatusListRelease(t *testing.T) {
 	if res := cli(t, 20*time.Second, env, "status", "job:status"); !strings.Contains(res.stdout, "held") || !strings.Contains(res.stdout, fmt.Sprintf("sleep, pid %d on ", p.cmd.Process.Pid)) {
 		t.Fatalf("status table: %q, want the holder as words", res.stdout)
 	}
+	// A semaphore of the lock's name, unrelated to it, is listed after the locks.
+	sem := startRun(t, env, "run", "-n", "2", "job:status", "--", "sleep", "30")
+	waitFor(t, 20*time.Second, "the permit was never held", func() bool { return permitsHeld(t, r, "job:status") == 1 })
 	res = cli(t, 20*time.Second, env, "list", "--json", "job:")
+	// Read as the locks it listed before, the output still has the lock first, as it was; the
+	// semaphore after it has no "held", "owner" or "token" for a filter of locks to catch.
 	var vs []lockView
-	if err := json.Unmarshal([]byte(res.stdout), &vs); err != nil || len(vs) != 1 || vs[0].Name != "job:status" {
-		t.Fatalf("list: %q %v", res.stdout, err)
+	if err := json.Unmarshal([]byte(res.stdout), &vs); err != nil || len(vs) != 2 || vs[0].Name != "job:status" || !vs[0].Held || vs[0].Token != v.Token ||
+		vs[1].Held || vs[1].Owner != "" || vs[1].Token != 0 {
+		t.Fatalf("list --json read as locks: %q %v", res.stdout, err)
+	}
+	var listed []struct {
+		Kind    string     `json:"kind"`
+		Name    string     `json:"name"`
+		Limit   int        `json:"limit"`
+		InUse   int        `json:"in_use"`
+		Waiting *int       `json:"waiting"`
+		Permits []lockView `json:"permits"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &listed); err != nil || len(listed) != 2 || listed[0].Kind != "lock" || listed[1].Kind != "semaphore" {
+		t.Fatalf("list --json: %q %v, want a lock and then a semaphore", res.stdout, err)
+	}
+	if s := listed[1]; s.Name != "job:status" || s.Limit != 2 || s.InUse != 1 || s.Waiting == nil || *s.Waiting != 0 || len(s.Permits) != 1 {
+		t.Fatalf("list --json: the semaphore is %+v, want 1 of 2 permits in use, none waiting", s)
+	}
+	permit := listed[1].Permits[0]
+	if err := json.Unmarshal(permit.Holder, &holder); err != nil || holder.PID != sem.cmd.Process.Pid || !permit.Held || permit.Owner == "" || permit.Token <= 0 || permit.TTLLeft <= 0 {
+		t.Fatalf("list --json: the permit is %+v (%v), want run -n's, pid %d", permit, err, sem.cmd.Process.Pid)
+	}
+	res = cli(t, 20*time.Second, env, "list", "job:")
+	lockRow := strings.Index(res.stdout, fmt.Sprintf("sleep, pid %d on ", p.cmd.Process.Pid))
+	semLine := strings.Index(res.stdout, `semaphore "job:status": 1 of 2 permits held, 0 waiting`)
+	permitRow := strings.Index(res.stdout, fmt.Sprintf("sleep, pid %d on ", sem.cmd.Process.Pid))
+	if res.code != 0 || lockRow < 0 || semLine < lockRow || permitRow < semLine {
+		t.Fatalf("list: code %d, stdout %q; want the lock, then the semaphore and its permit", res.code, res.stdout)
+	}
+	sem.stop(t)
+	if res := cli(t, 20*time.Second, env, "list", "job:"); !strings.Contains(res.stdout, "no semaphores held") || strings.Contains(res.stdout, `semaphore "job:status"`) {
+		t.Fatalf("list once the permit was released: %q", res.stdout)
 	}
 	if res := cli(t, 20*time.Second, env, "release", "job:status"); res.code != exitUsage || !strings.Contains(res.stderr, "--force") {
 		t.Fatalf("release without --force: %d %q", res.code, res.stderr)
@@ -395,6 +424,15 @@ func held(t *testing.T, r *testserver.Redis, name string) bool {
 	return rc.Exists(context.Background(), redisbackend.New(rc).Key(name)).Val() == 1
 }
 
+// permitsHeld returns how many permits of the semaphore name are held.
+func permitsHeld(t *testing.T, r *testserver.Redis, name string) int {
+	info, err := redisbackend.New(r.ClientT(t)).InspectSemaphore(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(info.Permits)
+}
+
 func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(bound); !cond(); time.Sleep(10 * time.Millisecond) {
@@ -424,6 +462,18 @@ func TestRedlockURL(t *testing.T) {
 	env := []string{"FENCELOCK_BACKEND=redlock://" + strings.Join(addrs, ",")}
 	if res := cli(t, 30*time.Second, env, "run", "rl", "--", "sh", "-c", "exit 4"); res.code != 4 {
 		t.Fatalf("run over redlock: %d %q", res.code, res.stderr)
+	}
+	// Redlock keeps no semaphores: list lists its locks, and says nothing of semaphores.
+	startRun(t, env, "run", "rl-held", "--", "sleep", "30")
+	waitFor(t, 20*time.Second, "rl-held was never listed", func() bool {
+		return strings.Contains(cli(t, 30*time.Second, env, "list").stdout, "rl-held")
+	})
+	if res := cli(t, 30*time.Second, env, "list"); res.code != 0 || res.stderr != "" || strings.Contains(res.stdout, "semaphore") {
+		t.Fatalf("list over redlock: code %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	var vs []lockView
+	if res := cli(t, 30*time.Second, env, "list", "--json"); res.code != 0 || json.Unmarshal([]byte(res.stdout), &vs) != nil || len(vs) != 1 || vs[0].Name != "rl-held" {
+		t.Fatalf("list --json over redlock: code %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
 	res := cli(t, 30*time.Second, env, "doctor", "--json")
 	if !strings.Contains(res.stdout, `"independence"`) {

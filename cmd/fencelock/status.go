@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,8 +14,11 @@ import (
 
 func init() { commands = append(commands, newStatusCmd, newListCmd) }
 
-// lockView is a lock as status, list and release --force show it.
+// lockView is a lock as status, list and release --force show it, and a permit of a
+// semaphore.
 type lockView struct {
+	// Kind is "lock" in list, which lists semaphores too; status leaves it out.
+	Kind      string  `json:"kind,omitempty"`
 	Name      string  `json:"name"`
 	Held      bool    `json:"held"`
 	Owner     string  `json:"owner,omitempty"`
@@ -27,10 +28,12 @@ type lockView struct {
 	// Holder is what the holder published about itself: an object for fencelock run (host,
 	// pid, command, since) or any other JSON, else the text as a JSON string.
 	Holder json.RawMessage `json:"holder,omitempty"`
+	// Weight is, for a permit, how many of the semaphore's permits it takes.
+	Weight int `json:"weight,omitempty"`
 }
 
 func view(i fencelock.Info) lockView {
-	v := lockView{Name: i.Name, Held: i.Held, Owner: i.Owner, HoldCount: i.Count, Token: i.Token, TTLLeft: i.Remaining.Seconds()}
+	v := lockView{Name: i.Name, Held: i.Held, Owner: i.Owner, HoldCount: i.Count, Token: i.Token, TTLLeft: i.Remaining.Seconds(), Weight: i.Weight}
 	switch {
 	case i.Meta == "":
 	case json.Valid([]byte(i.Meta)):
@@ -51,13 +54,46 @@ func holderText(meta string) string {
 	return fmt.Sprintf("%s, pid %d on %s since %s", h.Command, h.PID, h.Host, h.Since)
 }
 
-// semaphoreView is a semaphore as status --semaphore shows it.
+// semaphoreView is a semaphore as status --semaphore and list show it.
 type semaphoreView struct {
+	// Kind is "semaphore" in list, which lists locks too; status leaves it out.
+	Kind    string     `json:"kind,omitempty"`
 	Name    string     `json:"name"`
-	Limit   int        `json:"limit"` // 0 when no permit is held
+	Limit   int        `json:"limit"`  // 0 when no permit is held
+	InUse   int        `json:"in_use"` // the permits the holders take
 	Waiting int        `json:"waiting"`
 	Token   int64      `json:"last_token,omitempty"`
 	Permits []lockView `json:"permits"`
+}
+
+func semView(i fencelock.SemaphoreInfo) semaphoreView {
+	v := semaphoreView{Name: i.Name, Limit: i.Limit, InUse: i.InUse, Waiting: i.Waiting, Token: i.Token, Permits: []lockView{}}
+	for _, p := range i.Permits {
+		v.Permits = append(v.Permits, view(p))
+	}
+	return v
+}
+
+// printSemaphore writes a line that says how many of the semaphore's permits are held and how
+// many wait, then its permits as locks are shown. A read-write lock, the semaphore of
+// fencelock.RWReaders permits, says whether a writer or how many readers hold it.
+func printSemaphore(w io.Writer, i fencelock.SemaphoreInfo) {
+	switch {
+	case len(i.Permits) == 0:
+		fmt.Fprintf(w, "semaphore %q: no permit held, %d waiting\n", i.Name, i.Waiting)
+		return
+	case i.Limit == fencelock.RWReaders && i.InUse == fencelock.RWReaders:
+		fmt.Fprintf(w, "semaphore %q (a read-write lock): write-locked, %d waiting\n", i.Name, i.Waiting)
+	case i.Limit == fencelock.RWReaders:
+		readers := fmt.Sprintf("%d readers", i.InUse)
+		if i.InUse == 1 {
+			readers = "1 reader"
+		}
+		fmt.Fprintf(w, "semaphore %q (a read-write lock): read-locked by %s, %d waiting\n", i.Name, readers, i.Waiting)
+	default:
+		fmt.Fprintf(w, "semaphore %q: %d of %d permits held, %d waiting\n", i.Name, i.InUse, i.Limit, i.Waiting)
+	}
+	printLocks(w, i.Permits)
 }
 
 func newStatusCmd(g *globals) *cobra.Command {
@@ -115,67 +151,12 @@ func semaphoreStatus(cmd *cobra.Command, g *globals, st *store, name string) err
 	if err != nil {
 		return errorExit(err)
 	}
-	w := cmd.OutOrStdout()
+	info.Name = name
 	if g.json {
-		v := semaphoreView{Name: name, Limit: info.Limit, Waiting: info.Waiting, Token: info.Token, Permits: []lockView{}}
-		for _, p := range info.Permits {
-			v.Permits = append(v.Permits, view(p))
-		}
-		return writeJSON(w, v)
+		return writeJSON(cmd.OutOrStdout(), semView(info))
 	}
-	if len(info.Permits) == 0 {
-		fmt.Fprintf(w, "semaphore %q: no permit held, %d waiting\n", name, info.Waiting)
-		return nil
-	}
-	fmt.Fprintf(w, "semaphore %q: %d of %d permits held, %d waiting\n", name, len(info.Permits), info.Limit, info.Waiting)
-	printLocks(w, info.Permits)
+	printSemaphore(cmd.OutOrStdout(), info)
 	return nil
-}
-
-func newListCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "list [PREFIX]",
-		Short: "List the locks held now",
-		Long:  `List the locks held now whose names start with PREFIX (all when it is omitted).`,
-		Example: `  fencelock list
-  fencelock list job: --json`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			prefix := ""
-			if len(args) == 1 {
-				prefix = args[0]
-			}
-			st, err := openStore(g.backendURL())
-			if err != nil {
-				return err
-			}
-			defer st.close()
-			if err := st.ping(cmd.Context()); err != nil {
-				return err
-			}
-			if _, ok := st.backend.(fencelock.Namer); !ok {
-				return exitf(exitUsage, "the %s backend cannot list locks", st.kind)
-			}
-			infos, err := fencelock.List(cmd.Context(), st.backend, prefix)
-			if err != nil {
-				return errorExit(err)
-			}
-			slices.SortFunc(infos, func(a, b fencelock.Info) int { return strings.Compare(a.Name, b.Name) })
-			if g.json {
-				views := make([]lockView, 0, len(infos))
-				for _, i := range infos {
-					views = append(views, view(i))
-				}
-				return writeJSON(cmd.OutOrStdout(), views)
-			}
-			if len(infos) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "no locks held")
-				return nil
-			}
-			printLocks(cmd.OutOrStdout(), infos)
-			return nil
-		},
-	}
 }
 
 func printLocks(w io.Writer, infos []fencelock.Info) {
