@@ -17,7 +17,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		return fencelock.Grant{}, err
 	}
 	if req.Limit > 0 {
-		g, _, err := b.permitAttempt(ctx, req, 0)
+		g, _, err := b.permitAttempt(ctx, req, 0, 0, nil)
 		return g, err
 	}
 	keys := b.queueKeys(req.Name)[:3] // the lock, its fence counter and its line

@@ -58,7 +58,7 @@ var (
 	// The semaphore's scripts share sem.lua; those that issue tokens, take.lua's next_token.
 	semAcquireScript = redisconn.NewScript(takeSrc + semSrc + semAcquireBody)
 	semRenewScript   = redisconn.NewScript(semSrc + semRenewBody)
-	semReleaseScript = redisconn.NewScript(redislayer.AnnounceLua + semSrc + semReleaseBody)
+	semReleaseScript = redisconn.NewScript(redislayer.AnnounceLua + takeSrc + semSrc + semReleaseBody)
 	semInspectScript = redisconn.NewScript(semSrc + semInspectBody)
-	semLeaveScript   = redisconn.NewScript(semLeaveSrc)
+	semLeaveScript   = redisconn.NewScript(takeSrc + semSrc + semLeaveSrc)
 )

@@ -9,7 +9,9 @@
 -- A permit is held while its expiry is in the future; both keys live as long as the longest-
 -- lived permit, and no longer. Waiters wait in a line of two more keys, as the lock's line
 -- does: a sorted set of owners scored in order of arrival, and a hash owner -> '<when the place
--- lapses unless renewed (ms)> <the permits it asks for>'.
+-- lapses unless renewed (ms)> <the permits it asks for> <the limit> <the TTL a hand-over gives
+-- it (ms)> <its client's ID> <n> <its hold ID, n bytes><meta>' (a client before December 2026
+-- wrote the first two alone, and hears of releases on <permits>:released instead).
 
 -- sem_now returns the server clock in ms.
 local function sem_now()
@@ -89,5 +91,55 @@ local function sem_keep(keys, now, at)
     if redis.call('PTTL', k) < at - now then
       redis.call('PEXPIRE', k, at - now)
     end
+  end
+end
+
+-- sem_handover gives free permits to the live waiters first in line, in order, for as long as
+-- they fit (none passes one before it), and tells each waiter's client on
+-- <permits>:g:<client> as 'g <token> <owner>'. It stops at a live place of a client that
+-- takes no hand-over (the announcement of the release tells that one), and at a waiter of
+-- another limit (its next attempt says so). It returns nil, or an error message.
+local function sem_handover(permits, expiries, fence, line, places, retention, publish, now)
+  if redis.call('EXISTS', line) == 0 then
+    return nil
+  end
+  sem_prune(permits, expiries, now)
+  local limit, used = nil, 0
+  if redis.call('ZCARD', expiries) > 0 then
+    limit = tonumber(redis.call('HGET', permits, 'limit'))
+    used = tonumber(redis.call('HGET', permits, 'used') or '0')
+  end
+  while true do
+    local m = redis.call('ZRANGE', line, 0, 0)[1]
+    if not m then
+      return nil
+    end
+    local e = redis.call('HGET', places, m) or ''
+    local lapse = tonumber(string.match(e, '^(%d+)') or '0')
+    if lapse > now then
+      local w, l, handed, client, n, rest = string.match(e, '^%d+ (%d+) (%d+) (%d+) (%S+) (%d+) (.*)$')
+      if not w then
+        return nil
+      end
+      w, l, handed, n = tonumber(w), tonumber(l), tonumber(handed), tonumber(n)
+      limit = limit or l
+      if l ~= limit or used + w > limit then
+        return nil
+      end
+      local token, s = next_token(fence, math.max(tonumber(retention), handed))
+      if not token then
+        return s
+      end
+      local h = {}
+      h[string.sub(rest, 1, n)] = w
+      redis.call('HSET', permits, 'limit', limit, 'o:' .. m, cjson.encode({t = s, c = 1, w = w, h = h, m = string.sub(rest, n + 1)}))
+      redis.call('HINCRBY', permits, 'used', w)
+      used = used + w
+      redis.call('ZADD', expiries, now + handed + 1, m)
+      sem_keep({permits, expiries}, now, now + handed + 1)
+      redis.call(publish, permits .. ':g:' .. client, 'g ' .. s .. ' ' .. m)
+    end
+    redis.call('ZREM', line, m)
+    redis.call('HDEL', places, m)
   end
 end

@@ -5,10 +5,14 @@
 -- KEYS[5] the places (see sem.lua)
 -- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] TTL in ms, ARGV[4] fence counter retention in ms,
 -- ARGV[5] meta, ARGV[6] the limit, ARGV[7] how long a place in line lives unless renewed, in
--- ms, or 0 for one attempt that takes no place, ARGV[8] the permits to take
+-- ms, or 0 for one attempt that takes no place, ARGV[8] the permits to take, ARGV[9] the ID of
+-- the waiter's client, which hears of a hand-over on KEYS[1] .. ':g:' .. ARGV[9], ARGV[10] the
+-- TTL in ms a hand-over gives this waiter (its holder's first renewal extends it)
 -- Returns {1, token, count} when the owner holds its permits after the call,
---         {0, pttl} when it does not: the time left of the first permit to expire, or -1 when
---         enough permits are free but promised to waiters ahead in line,
+--         {0, pttl, last} when it does not: the time left of the first permit to expire, or -1
+--         when enough permits are free but promised to waiters ahead in line; and the last
+--         token issued for the semaphore (a hand-over announced with a token up to last was
+--         made before this call, and is gone by now),
 --         {-1, limit} when permits are held under another limit,
 --         {-2, permits} when the owner holds fewer permits than it asks for: a re-entry may
 --         not take more (a read lock is not upgraded to a write lock).
@@ -60,7 +64,7 @@ while ahead + weight <= free do
     break
   end
   local e = redis.call('HGET', KEYS[5], m) or ''
-  local lapse, w = string.match(e, '^(%d+) (%d+)$')
+  local lapse, w = string.match(e, '^(%d+) (%d+)')
   if lapse and tonumber(lapse) > now then
     ahead = ahead + tonumber(w)
     i = i + 1
@@ -91,14 +95,15 @@ if life > 0 then
     local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]
     redis.call('ZADD', KEYS[4], math.max(now, tonumber(last or '0') + 1), owner)
   end
-  redis.call('HSET', KEYS[5], owner, (now + life) .. ' ' .. weight)
+  redis.call('HSET', KEYS[5], owner, (now + life) .. ' ' .. weight .. ' ' .. limit .. ' ' .. ARGV[10] .. ' ' .. ARGV[9] .. ' ' .. #hold .. ' ' .. hold .. ARGV[5])
   sem_keep({KEYS[4], KEYS[5]}, now, now + life)
 end
+local last = tonumber(redis.call('GET', KEYS[3]) or '0')
 if weight <= free then
-  return {0, -1}
+  return {0, -1, last}
 end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2]
 if not first then
-  return {0, -1}
+  return {0, -1, last}
 end
-return {0, math.max(tonumber(first) - now - 1, 0)}
+return {0, math.max(tonumber(first) - now - 1, 0), last}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -95,10 +96,11 @@ func parsePermit(rec string) (permitRecord, error) {
 }
 
 // permitAttempt runs the acquire script once, taking a place in line that lives life when
-// life is positive: a grant and when the attempt was sent, or a *fencelock.HeldError.
-func (b *Backend) permitAttempt(ctx context.Context, req fencelock.Request, life time.Duration) (fencelock.Grant, time.Time, error) {
+// life is positive (and to which a release hands permits over for handed): a grant and when
+// the attempt was sent, or a *fencelock.HeldError, with what the attempt saw in seen.
+func (b *Backend) permitAttempt(ctx context.Context, req fencelock.Request, life, handed time.Duration, seen *attemptSeen) (fencelock.Grant, time.Time, error) {
 	keys := b.semKeys(req.Name)
-	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, req.Limit, life.Milliseconds(), max(req.Weight, 1)}
+	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, req.Limit, life.Milliseconds(), max(req.Weight, 1), b.id, handed.Milliseconds()}
 	sent := time.Now()
 	var reply []any
 	var err error
@@ -124,6 +126,9 @@ func (b *Backend) permitAttempt(ctx context.Context, req fencelock.Request, life
 	case -1:
 		return fencelock.Grant{}, sent, &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: int(res[1])}
 	case 0:
+		if seen != nil && len(res) > 2 {
+			*seen = attemptSeen{sent: sent, pttl: res[1], last: res[2]}
+		}
 		return fencelock.Grant{}, sent, &fencelock.HeldError{Name: req.Name, Limit: req.Limit, Remaining: time.Duration(max(res[1], 0)) * time.Millisecond}
 	}
 	if acked >= 0 && acked < b.replicas {
@@ -132,32 +137,71 @@ func (b *Backend) permitAttempt(ctx context.Context, req fencelock.Request, life
 	return fencelock.Grant{Token: res[1], Count: int(res[2])}, sent, nil
 }
 
-// waitForPermit is AcquireQueued for a permit: attempts that keep the caller's place in line,
-// woken by releases, by the expiry of the first permit to expire, and in time to renew the
-// place.
+// waitForPermit is AcquireQueued for a permit. The caller takes a place in the semaphore's
+// line; a release, or a waiter ahead leaving, hands free permits to the waiters first in line
+// that fit inside the same script, and announces each grant on a channel of the waiter's
+// Backend alone (<prefix>{N}:s:g:<backend ID>), as for a lock (see AcquireQueued): a hand-over
+// costs no round trip after the release, and wakes no other waiter. A permit that expires
+// goes to the first waiter at its next attempt, made when the first permit's TTL runs out;
+// attempts also renew the place, a third of its life apart.
 func (b *Backend) waitForPermit(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
 	start := time.Now()
 	life := min(req.TTL, maxEntryLife)
-	g, sent, err := b.permitAttempt(ctx, req, life)
+	handed := req.TTL
+	if req.Renewed {
+		handed = life // as for a lock: see newQueueWait
+	}
+	seen := attemptSeen{sent: start}
+	granted := make(chan int64, 1)
+	w := releasewatch.NewWaiter()
+	w.Message = func(payload string) bool {
+		// 'g <token> <owner>': a release handed a permit to that waiter of this Backend.
+		rest, _ := strings.CutPrefix(payload, "g ")
+		tok, who, _ := strings.Cut(rest, " ")
+		if who != req.Owner {
+			return false
+		}
+		if t, err := strconv.ParseInt(tok, 10, 64); err == nil {
+			select {
+			case granted <- t:
+			default:
+			}
+		}
+		return true
+	}
+	channel := b.semKeys(req.Name)[0] + ":g:" + b.id
+	// As for a lock: a Backend that waited here a moment ago is still subscribed, and listens
+	// before its first attempt; otherwise a free permit costs one round trip and no
+	// subscription.
+	joined := b.watch.Join(channel, w)
+	if joined {
+		defer b.watch.Remove(channel, w)
+	}
+	g, sent, err := b.permitAttempt(ctx, req, life, handed, &seen)
 	held, full := errors.AsType[*fencelock.HeldError](err)
 	if !full {
 		return b.permitWaited(ctx, req, g, start, sent, err)
 	}
 	req.StartWait()
-	// Subscribe, then attempt again once subscribed: a release before the subscription is
-	// seen by that attempt, and any release after it by the subscription.
-	channel := b.semKeys(req.Name)[0] + ":released"
-	w := releasewatch.NewWaiter()
-	ready, err := b.watch.Add(ctx, channel, w)
-	defer b.watch.Remove(channel, w)
-	if err != nil {
-		b.leavePermitLine(req)
-		return fencelock.Grant{}, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, channel, err)
+	var ready <-chan struct{}
+	next := waitFor(life, pttlOf(held))
+	if !joined {
+		if ready, err = b.watch.Add(ctx, channel, w); err != nil {
+			b.leavePermitLine(req)
+			return fencelock.Grant{}, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, channel, err)
+		}
+		defer b.watch.Remove(channel, w)
+		next = min(subscribeTimeout, next)
 	}
-	timer := time.NewTimer(min(subscribeTimeout, waitFor(life, pttlOf(held))))
+	timer := time.NewTimer(next)
 	defer timer.Stop()
 	for {
 		select {
+		case t := <-granted:
+			if h := seen.handover(t, handed); h != nil {
+				return waited(b.handedPermit(ctx, req, *h, start, seen.sent))
+			}
+			continue
 		case <-ready:
 			ready = nil
 		case <-w.Wake:
@@ -166,12 +210,26 @@ func (b *Backend) waitForPermit(ctx context.Context, req fencelock.Request) (fen
 			b.leavePermitLine(req)
 			return fencelock.Grant{}, ctx.Err()
 		}
-		g, sent, err = b.permitAttempt(ctx, req, life)
+		g, sent, err = b.permitAttempt(ctx, req, life, handed, &seen)
 		if held, full = errors.AsType[*fencelock.HeldError](err); !full {
 			return waited(b.permitWaited(ctx, req, g, start, sent, err))
 		}
 		timer.Reset(waitFor(life, pttlOf(held)))
 	}
+}
+
+// handedPermit finishes a wait that a release ended with a hand-over, counted from sent, the
+// latest attempt that found the caller in line. With WithReplicas, an attempt confirms it:
+// the owner holds the permit, so the script extends it, and the replicas must acknowledge that.
+func (b *Backend) handedPermit(ctx context.Context, req fencelock.Request, g fencelock.Grant, start, sent time.Time) (fencelock.Grant, error) {
+	if b.replicas > 0 {
+		confirmed, sent, err := b.permitAttempt(ctx, req, 0, 0, nil)
+		if _, full := errors.AsType[*fencelock.HeldError](err); full {
+			err = fmt.Errorf("%w: a permit of %q was handed over but is no longer held", fencelock.ErrUnavailable, req.Name)
+		}
+		return b.permitWaited(ctx, req, confirmed, start, sent, err)
+	}
+	return b.permitWaited(ctx, req, g, start, sent, nil)
 }
 
 // pttlOf is what waitFor wants of a full semaphore: the first permit's time left in ms, or -1
@@ -184,7 +242,7 @@ func pttlOf(held *fencelock.HeldError) int64 {
 }
 
 // permitWaited finishes a wait whose last attempt, sent at sent, granted g or failed with err;
-// a failed attempt may have left the caller in line.
+// a failed attempt may have left the caller in line, or holding a permit handed over.
 func (b *Backend) permitWaited(ctx context.Context, req fencelock.Request, g fencelock.Grant, start, sent time.Time, err error) (fencelock.Grant, error) {
 	if err != nil {
 		if !errors.Is(err, fencelock.ErrInvalid) {
@@ -197,18 +255,20 @@ func (b *Backend) permitWaited(ctx context.Context, req fencelock.Request, g fen
 }
 
 // leavePermitLine takes the caller out of a semaphore's line, in the background: the caller's
-// context may be what ended the wait. A leave that fails leaves a place that lapses within
-// min(TTL, 5s), like a dead waiter's.
+// context may be what ended the wait. Then it releases the caller's hold, in case a release
+// handed it a permit before it left, as leave does for a lock. A leave that fails leaves a
+// place that lapses within min(TTL, 5s), like a dead waiter's.
 func (b *Backend) leavePermitLine(req fencelock.Request) {
-	keys := b.semKeys(req.Name)[3:]
 	b.bg.later(func(ctx context.Context) {
-		_, _ = b.c.Eval(ctx, semLeaveScript, keys, req.Owner)
+		if _, err := b.c.Eval(ctx, semLeaveScript, b.semKeys(req.Name), req.Owner, b.announce.Publish, b.retentionArg); err == nil {
+			_, _ = b.releasePermit(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}, req.Hold)
+		}
 	})
 }
 
 // releasePermit is release for a permit.
 func (b *Backend) releasePermit(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
-	n, err := redisconn.Int64(b.pipe.run(ctx, semReleaseScript, b.semKeys(lease.Name)[:2], lease.Owner, hold, b.announce.Publish, b.announce.Count))
+	n, err := redisconn.Int64(b.pipe.run(ctx, semReleaseScript, b.semKeys(lease.Name), lease.Owner, hold, b.announce.Publish, b.announce.Count, b.retentionArg))
 	switch {
 	case err != nil:
 		return 0, redislayer.Classify(err)

@@ -3,8 +3,11 @@ package redisbackend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
@@ -44,5 +47,61 @@ func TestSemaphoreExpiriesLostCountsComebacksOnce(t *testing.T) {
 	info, err := b.InspectSemaphore(ctx, "sem-evicted")
 	if err != nil || len(info.Permits) != 2 || info.InUse != 2 {
 		t.Fatalf("Inspect: %+v, %v", info, err)
+	}
+}
+
+// A release hands the freed permit to the first waiter in line inside the release script, and
+// tells that waiter's Backend alone: right after the release the store shows the waiter as the
+// holder, before the waiter (200ms away) could have made an attempt of its own, and the
+// waiter's permit is the one the store shows. Before, the release only announced itself, every
+// waiter woke and raced for the permit, and it stayed free until one of them got there.
+func TestPermitReleaseHandsOver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := testserver.StartRedis(t)
+	b := redisbackend.New(r.ClientT(t))
+	holder := fencelock.New(b)
+	defer holder.Close()
+	proxy := testserver.StartProxy(t, r.Addr)
+	waiter := fencelock.New(redisbackend.New(redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})))
+	defer waiter.Close()
+	for i := range 5 {
+		name := fmt.Sprintf("sem-handover-%d", i)
+		first, err := holder.Semaphore(name, 1).Acquire(ctx, fencelock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy.SetDelay(0)
+		got := make(chan *fencelock.Lock, 1)
+		go func() {
+			p, err := waiter.Semaphore(name, 1).Acquire(ctx, fencelock.WithTTL(10*time.Second), fencelock.WithOwner("waiter"), fencelock.WithMetadata("host=w"))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- p
+		}()
+		for info, _ := b.InspectSemaphore(ctx, name); info.Waiting != 1; info, _ = b.InspectSemaphore(ctx, name) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond) // its subscription is in place
+		proxy.SetDelay(200 * time.Millisecond)
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		info, err := b.InspectSemaphore(ctx, name)
+		if err != nil || len(info.Permits) != 1 || info.Permits[0].Owner != "waiter" || info.Permits[0].Token <= first.Token() || info.Permits[0].Meta != "host=w" || info.Waiting != 0 {
+			t.Fatalf("right after the release: %+v %v (released token %d)", info, err, first.Token())
+		}
+		p := <-got
+		if p == nil {
+			t.FailNow()
+		}
+		if p.Token() != info.Permits[0].Token || p.Valid() != nil {
+			t.Fatalf("the waiter holds token %d (valid: %v), the store says %d", p.Token(), p.Valid(), info.Permits[0].Token)
+		}
+		proxy.SetDelay(0)
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
