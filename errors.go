@@ -138,7 +138,7 @@ func notObtainedBy(err error, ctx context.Context) error {
 }
 
 // errNoSemaphores is the error of a semaphore, or a permit's Verify, on a backend without them.
-var errNoSemaphores = invalidf("this backend keeps no semaphores (Redis and etcd do; it does not implement fencelock.Semaphores)")
+var errNoSemaphores = invalidf("this backend keeps no semaphores (Redis, etcd and ZooKeeper do; it does not implement fencelock.Semaphores)")
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)

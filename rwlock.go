@@ -11,9 +11,9 @@ const RWReaders = 1 << 20
 
 // RWLock is a named read-write lock: many readers share it, a writer holds it alone. It is a
 // semaphore of RWReaders permits of the same name, kept by a backend that keeps semaphores
-// (Redis, etcd): a reader takes one permit, a writer all of them, and waiters are served first
-// come, first served — so a writer that waits stops the readers that come after it, and is
-// never starved by a stream of readers. Do not give a Semaphore the name of an RWLock: the
+// (Redis, etcd, ZooKeeper): a reader takes one permit, a writer all of them, and waiters are
+// served first come, first served — so a writer that waits stops the readers that come after
+// it, and is never starved by a stream of readers. Do not give a Semaphore the name of an RWLock: the
 // backend refuses the mix of limits with a *LimitError.
 //
 // Each lock taken is a *Lock, with a token of its own (a write lock's tokens strictly

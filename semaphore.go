@@ -36,8 +36,8 @@ func (s *Semaphore) Name() string { return s.name }
 func (s *Semaphore) Limit() int { return s.limit }
 
 // Acquire takes a permit, waiting until one is free or ctx ends, as Client.Obtain waits for a
-// lock. Waiters on a backend that keeps a line (Redis, etcd) are served first come, first
-// served, and wake when a permit is released or expires.
+// lock. Waiters on a backend that keeps a line (Redis, etcd, ZooKeeper) are served first come,
+// first served, and wake when a permit is released or expires.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) {
 	if err := s.usable(); err != nil {
 		return nil, err

@@ -313,7 +313,7 @@ func (s suite) rwCrashedWriter(t *testing.T) {
 func (s suite) rwListed(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
 	b := s.listing(t)
-	pfx := s.name(t) + "/"
+	pfx := s.name(t) + "." // one path element: ZooKeeper takes no "/" in a name
 	rw := s.client(t).RWLock(pfx + "rw")
 	w, err := rw.Lock(ctx)
 	if err != nil {

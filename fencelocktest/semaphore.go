@@ -455,7 +455,7 @@ func (s suite) semList(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
 	b := s.listing(t)
 	base := s.name(t)
-	pfx := base + "/"
+	pfx := base + "." // one path element: ZooKeeper takes no "/" in a name
 	c, other := s.client(t), s.client(t)
 	a1, err := c.Semaphore(pfx+"a", 3).Acquire(ctx, fencelock.WithMetadata("worker 1"))
 	if err != nil {

@@ -125,7 +125,7 @@ func newRunCmd(g *globals) *cobra.Command {
 	cmd.Flags().DurationVar(&f.wait, "wait", 0, "how long to wait for the lock when the first attempt does not get it; 0 gives up at once, a negative value waits without limit")
 	cmd.Flags().IntVar(&f.conflictCode, "conflict-exit-code", exitConflict, "exit code when the lock is held elsewhere")
 	cmd.Flags().BoolVar(&f.restart, "restart", false, "after a lost lock, wait for it again without limit and run the command again (a daemon under a leader election)")
-	cmd.Flags().IntVarP(&f.permits, "permits", "n", 0, "take one of N permits of the semaphore NAME instead of the lock NAME (Redis, etcd)")
+	cmd.Flags().IntVarP(&f.permits, "permits", "n", 0, "take one of N permits of the semaphore NAME instead of the lock NAME (Redis, etcd, ZooKeeper)")
 	cmd.Flags().DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after a lost lock, SIGKILL the command this long after SIGTERM; 0 never sends SIGKILL")
 	return cmd
 }
