@@ -65,6 +65,7 @@ type nemesisVerdict struct {
 
 	Grants, Writes, Refused, Calls, Lost, Faults int
 	Permits                                      int           // grants of permits and read-write locks (the permit thread's)
+	Terms                                        int           // grants of leaderships (the election thread's)
 	Stalls                                       int           // stretches a worker process ran nothing (watchStalls), outside its SIGSTOPs
 	LongestStall                                 time.Duration // the longest of them, outside its SIGSTOPs
 }
@@ -183,6 +184,9 @@ func (h *nemesisHistory) grantsByName() map[string][]nemEvent {
 func (h *nemesisHistory) checkOrder(v *nemesisVerdict, grants map[string][]nemEvent) {
 	for name, gs := range grants {
 		v.Grants += len(gs)
+		if strings.HasPrefix(name, electPrefix) {
+			v.Terms += len(gs)
+		}
 		for _, g := range gs {
 			var worst *nemEvent
 			for i := range gs {

@@ -90,7 +90,7 @@ func runNemesis(t *testing.T, c *nemesisCluster, r nemesisRun) *nemesisHistory {
 			addrs = append(addrs, p.Addr)
 		}
 		cfg := nemesisWorkerConfig{ID: w, Seed: seeds.Uint64(), Backend: c.kind, Client: c.client, Addrs: addrs, Session: c.session, Store: url,
-			Names: h.names, Groups: groups, Threads: r.Threads, Permits: c.permits(), Until: until.UnixNano(), MinTTL: c.minTTL, MaxTTL: c.maxTTL, Broken: r.Broken[w]}
+			Names: h.names, Groups: groups, Threads: r.Threads, Permits: c.permits(), Elections: true, Until: until.UnixNano(), MinTTL: c.minTTL, MaxTTL: c.maxTTL, Broken: r.Broken[w]}
 		if err := h.spawn(&workers, cfg); err != nil {
 			t.Fatal(err)
 		}

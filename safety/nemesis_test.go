@@ -114,8 +114,8 @@ func runNemesisChecked(t *testing.T, backend string, c *nemesisCluster, r nemesi
 	h := runNemesis(t, c, r)
 	dumpNemesis(t, h)
 	v := h.check()
-	t.Logf("seed %d: %d grants (%d of them permits), %d calls, %d writes (%d refused), %d locks lost, %d faults, %d believed-valid overlaps after a data loss, %d stalls of a worker process outside its SIGSTOPs (longest %v, counted as pauses)",
-		r.Seed, v.Grants, v.Permits, v.Calls, v.Writes, v.Refused, v.Lost, v.Faults, v.Named, v.Stalls, v.LongestStall.Round(time.Millisecond))
+	t.Logf("seed %d: %d grants (%d of them permits, %d terms), %d calls, %d writes (%d refused), %d locks lost, %d faults, %d believed-valid overlaps after a data loss, %d stalls of a worker process outside its SIGSTOPs (longest %v, counted as pauses)",
+		r.Seed, v.Grants, v.Permits, v.Terms, v.Calls, v.Writes, v.Refused, v.Lost, v.Faults, v.Named, v.Stalls, v.LongestStall.Round(time.Millisecond))
 	for _, u := range h.Upstream {
 		t.Logf("seed %d: %s (named in docs/SAFETY.md)", r.Seed, u)
 	}

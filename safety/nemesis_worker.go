@@ -46,10 +46,14 @@ type nemesisWorkerConfig struct {
 	// Permits, when positive, adds a thread that takes permits of semaphores of that limit
 	// (named permitPrefix + a lock name) on a random stream of its own, so that the lock
 	// threads' schedules, and the seeds that replay them, stay as they were.
-	Permits int           `json:"permits,omitempty"`
-	Until   int64         `json:"until"` // Unix ns: no operation starts after it
-	MinTTL  time.Duration `json:"min_ttl"`
-	MaxTTL  time.Duration `json:"max_ttl"`
+	Permits int `json:"permits,omitempty"`
+	// Elections adds a thread that campaigns in elections (named electPrefix + a lock name),
+	// writes to the fenced store with its term while it leads, and resigns, on a random stream
+	// of its own too.
+	Elections bool          `json:"elections,omitempty"`
+	Until     int64         `json:"until"` // Unix ns: no operation starts after it
+	MinTTL    time.Duration `json:"min_ttl"`
+	MaxTTL    time.Duration `json:"max_ttl"`
 	// Broken makes the worker misbehave on purpose, to show that the checkers fire: a
 	// comma-separated list of the modes in brokenModes.
 	Broken string `json:"broken,omitempty"`
@@ -122,6 +126,9 @@ func runNemesisWorker(raw string) int {
 	}
 	if cfg.Permits > 0 {
 		wg.Go(func() { w.permitThread(cfg.Threads) })
+	}
+	if cfg.Elections {
+		wg.Go(func() { w.electThread(cfg.Threads + 1) })
 	}
 	wg.Wait()
 	w.watch.Wait()
@@ -278,6 +285,57 @@ func (w *nemesisWorker) permitThread(th int) {
 		}
 		w.out.emit(nemEvent{K: "state", Th: th, State: "releasing"})
 		w.release(lock, h, s.Release)
+		w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
+	}
+	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
+}
+
+// electPrefix starts the names of the elections of the election thread. An election is the
+// lock of its name, and a term its token, so the lock checkers watch its leaders as they watch
+// locks: one leader believed valid at a time, terms that grow, no old term's write accepted.
+const electPrefix = "elect:"
+
+// electThread campaigns in the elections electPrefix + a lock name, and while it leads idles,
+// refreshes and writes to the fenced store stamped with the term, then resigns, until the run
+// ends.
+func (w *nemesisWorker) electThread(th int) {
+	r := rand.New(rand.NewPCG(w.cfg.Seed, 2000))
+	p := &planner{r: r, names: w.cfg.Names, minTTL: w.cfg.MinTTL, maxTTL: w.cfg.MaxTTL}
+	for time.Now().Before(w.until) {
+		s := stepPlan{Name: electPrefix + p.names[r.IntN(len(p.names))], TTL: drawTTL(r, p.minTTL, p.maxTTL), Watchdog: r.IntN(5) != 0, Op: "campaign"}
+		s.Wait = time.Duration(20+r.IntN(3000)) * time.Millisecond
+		s.Release = time.Duration(50+r.IntN(2000)) * time.Millisecond
+		for range 1 + r.IntN(4) {
+			a := p.action(s.TTL)
+			if a.Kind == "reenter" {
+				a = action{Kind: "write"} // a Campaign from a leader's context is another contender
+			}
+			s.Actions = append(s.Actions, a)
+		}
+		w.out.emit(nemEvent{K: "state", Th: th, State: "waiting"})
+		ctx, cancel := context.WithTimeout(context.Background(), s.Wait)
+		e := w.locker.Election(s.Name, fencelock.WithTTL(s.TTL), fencelock.WithWatchdog(s.Watchdog))
+		lock, h := w.obtain(ctx, s.Op, s.Name, s.TTL, s.Watchdog, func(ctx context.Context) (*fencelock.Lock, error) {
+			l, err := e.Campaign(ctx, fmt.Sprintf("worker %d", w.cfg.ID))
+			if err != nil {
+				return nil, err
+			}
+			return l.Lock(), nil
+		})
+		cancel()
+		if lock == nil {
+			w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
+			continue
+		}
+		w.out.emit(nemEvent{K: "state", Th: th, State: "holding"})
+		for _, a := range s.Actions {
+			if time.Now().After(w.until) {
+				break
+			}
+			w.act(lock, h, s, a)
+		}
+		w.out.emit(nemEvent{K: "state", Th: th, State: "releasing"})
+		w.release(lock, h, s.Release) // Resign is the lock's Release
 		w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
 	}
 	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
