@@ -89,6 +89,10 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 		{chkValidity,
 			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(975)}}},
 			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(988)}}}},
+		{chkValidity, // a short validity read back from a hold a sibling of the burst shares is not the grant's
+			nemesisHistory{Backend: "redis", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Minute, Start: 0, Ret: ms(5), Valid: ms(2000)}}},
+			nemesisHistory{Backend: "redis", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Minute, Start: 0, Ret: ms(5), Valid: ms(2000)},
+				{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 2, TTL: time.Minute, Start: 0, Ret: ms(4), Valid: ms(2000)}}}},
 	} {
 		if v := tc.bad.check(); v.Found[tc.checker] == 0 {
 			t.Errorf("%s did not fire on %+v", tc.checker, tc.bad)
