@@ -32,8 +32,9 @@ type Backend struct {
 	flights    flights      // the Backend's goroutines
 	closed     atomic.Bool
 
-	mu          sync.Mutex          // guards held, owed, settling, settlingNow and settled
+	mu          sync.Mutex          // guards held, busyDirs, owed, settling, settlingNow and settled
 	held        map[holder]*holding // lock nodes that hold a lock for an owner, as last seen
+	busyDirs    map[string]struct{} // directories that held others' nodes when last seen (busy)
 	owed        []owed              // removals still owed; see owed.go
 	settling    bool                // the settler runs
 	settlingNow *owed               // the removal it is making
@@ -71,6 +72,8 @@ func New(conn *zk.Conn, opts ...Option) *Backend {
 		root: "/fencelock",
 		acl:  zk.WorldACL(zk.PermAll),
 		held: make(map[holder]*holding),
+
+		busyDirs: make(map[string]struct{}),
 	}
 	for _, o := range opts {
 		o(b)

@@ -3,6 +3,7 @@ package zkbackend_test
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,17 +137,125 @@ func waitInLine(b *testing.B, conn *zk.Conn, dir string, n int) {
 }
 
 func report(b *testing.B, ours, theirs []time.Duration) {
-	p50 := func(d []time.Duration) float64 {
-		if len(d) == 0 {
-			return 0
-		}
-		slices.Sort(d)
-		return float64(d[len(d)/2]) / float64(time.Microsecond)
-	}
-	a, z := p50(ours), p50(theirs)
+	a, z := quantile(ours, 0.5), quantile(theirs, 0.5)
 	b.ReportMetric(a, "fencelock-p50-µs")
 	b.ReportMetric(z, "zklock-p50-µs")
 	if z > 0 {
 		b.ReportMetric(a/z, "ratio")
 	}
+	b.ReportMetric(quantile(ours, 0.99), "fencelock-p99-µs")
+	b.ReportMetric(quantile(theirs, 0.99), "zklock-p99-µs")
+}
+
+// quantile is the q-quantile of d in µs; it sorts d.
+func quantile(d []time.Duration, q float64) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return float64(d[min(int(q*float64(len(d))), len(d)-1)]) / float64(time.Microsecond)
+}
+
+// BenchmarkContended runs 8 workers, each on a connection of its own as separate processes
+// would be, taking turns on one lock for a round of 500ms, fencelock's and zk.Lock's rounds
+// interleaved; each iteration is one round of each. It reports owner changes per second, Jain's
+// fairness index of the turns each worker got, and the p99 of the wait for the lock, for both.
+func BenchmarkContended(b *testing.B) {
+	const workers, round = 8, 500 * time.Millisecond
+	type worker struct {
+		locker *fencelock.Client
+		zl     *zk.Lock
+	}
+	ws := make([]worker, workers)
+	for i := range ws {
+		conn := dial(b, server.Addr, nil)
+		ws[i].locker = fencelock.New(newBackend(conn), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
+		b.Cleanup(func() { _ = ws[i].locker.Close() })
+		ws[i].zl = zk.NewLock(conn, "/zklock/bench-contended", zk.WorldACL(zk.PermAll))
+	}
+	type tally struct {
+		changes int
+		elapsed time.Duration
+		counts  [workers]int
+		waits   []time.Duration
+	}
+	var ours, theirs tally
+	run := func(t *tally, take func(w worker) (func() error, error)) {
+		var mu sync.Mutex
+		last := -1
+		until := time.Now().Add(round)
+		start := time.Now()
+		var wg sync.WaitGroup
+		for i, w := range ws {
+			wg.Go(func() {
+				for time.Now().Before(until) {
+					asked := time.Now()
+					release, err := take(w)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					mu.Lock()
+					t.waits = append(t.waits, time.Since(asked))
+					t.counts[i]++
+					if last != i {
+						t.changes++
+						last = i
+					}
+					mu.Unlock()
+					if err := release(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		t.elapsed += time.Since(start)
+	}
+	ctx := context.Background()
+	fencelockRound := func() {
+		run(&ours, func(w worker) (func() error, error) {
+			l, err := w.locker.Obtain(ctx, "bench-contended")
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return l.Release(ctx) }, nil
+		})
+	}
+	zkRound := func() {
+		run(&theirs, func(w worker) (func() error, error) { return w.zl.Unlock, w.zl.Lock() })
+	}
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			fencelockRound()
+			zkRound()
+		} else {
+			zkRound()
+			fencelockRound()
+		}
+	}
+	rate := func(t tally) float64 { return float64(t.changes) / t.elapsed.Seconds() }
+	b.ReportMetric(rate(ours), "fencelock-changes/s")
+	b.ReportMetric(rate(theirs), "zklock-changes/s")
+	if rate(theirs) > 0 {
+		b.ReportMetric(rate(ours)/rate(theirs), "ratio")
+	}
+	b.ReportMetric(jain(ours.counts[:]), "fencelock-jain")
+	b.ReportMetric(jain(theirs.counts[:]), "zklock-jain")
+	b.ReportMetric(quantile(ours.waits, 0.99)/1000, "fencelock-wait-p99-ms")
+	b.ReportMetric(quantile(theirs.waits, 0.99)/1000, "zklock-wait-p99-ms")
+}
+
+// jain is Jain's fairness index of xs: 1 when all are equal, 1/n when one got everything.
+func jain(xs []int) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += float64(x)
+		sq += float64(x) * float64(x)
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(xs)) * sq)
 }

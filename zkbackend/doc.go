@@ -21,8 +21,12 @@
 // next used.) Lock names must be one path element: a name with '/' is refused.
 //
 // An uncontended Obtain is one round trip (the directory and the node are created in one
-// multi-operation), and so is an uncontended release. TryObtain looks at the line first, so
-// that a held lock costs a read, not a node made and deleted: two round trips when it is free.
+// multi-operation), and so is an uncontended release. Under contention each is one write too,
+// as zk.Lock's: a Backend that saw others in line creates its node in the directory at once,
+// and a holder that had others behind it when granted deletes its node alone, since they keep
+// the directory. (Should every one of them leave the line before that release, the empty
+// directory stays until the name is next used.) TryObtain looks at the line first, so that a
+// held lock costs a read, not a node made and deleted: two round trips when it is free.
 //
 // Obtain waits in line (fencelock.Queue): each waiter watches only the node just ahead of it,
 // so a release wakes one waiter, and the lock passes first come, first served. A waiter whose

@@ -29,6 +29,7 @@ type holding struct {
 	version int32
 	data    lockData
 	read    time.Time // the send of the read this copy came from
+	crowded bool      // others were in line behind the node when it was granted
 }
 
 func holdingOf(path string, data lockData, stat *zk.Stat, read time.Time) holding {
@@ -109,6 +110,36 @@ func (b *Backend) update(k holder, path string, data lockData, version int32) {
 		h.data, h.version = data, version
 	}
 }
+
+// crowdedAt reports whether k's node at path had others in line behind it when granted: its
+// release then deletes the node alone, since the directory is theirs too (see remove).
+func (b *Backend) crowdedAt(k holder, path string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := b.held[k]
+	return h != nil && h.path == path && h.crowded
+}
+
+// busy reports whether dir held others' nodes when this Backend last looked, and records
+// what it saw when set is given. join then creates its node in the directory at once, rather
+// than try to create the directory with it first: a write that fails costs the server a
+// transaction too.
+func (b *Backend) busy(dir string, set ...bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(set) > 0 {
+		if !set[0] {
+			delete(b.busyDirs, dir)
+		} else if len(b.busyDirs) < maxBusyDirs {
+			b.busyDirs[dir] = struct{}{}
+		}
+	}
+	_, ok := b.busyDirs[dir]
+	return ok
+}
+
+// maxBusyDirs bounds what busy remembers: past it, a directory is assumed free of others.
+const maxBusyDirs = 1024
 
 // forget drops k's lock node, if it is still path.
 func (b *Backend) forget(k holder, path string) {

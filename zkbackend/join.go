@@ -22,6 +22,7 @@ type node struct {
 	version int32
 	stat    *zk.Stat  // known when the create returned it, else nil
 	first   bool      // made together with the lock's directory, so first in line
+	crowded bool      // others were in line behind it when last read
 	sent    time.Time // the send of the create that made it
 }
 
@@ -142,39 +143,46 @@ func (b *Backend) recover(ctx context.Context, dir string, req fencelock.Request
 func (b *Backend) createNode(ctx context.Context, dir, stem string, data lockData) (*node, error) {
 	enc := data.encode()
 	for range lookTries {
-		// Most locks are free when asked for, and a free lock has no directory (the last
-		// release removes it): create both at once, in one round trip. The SetData is there
-		// for its reply, which carries the node's czxid, the fencing token.
-		name := stem + firstSequence
-		path := dir + "/" + name
 		sent := time.Now()
-		res, err := b.multi(ctx,
-			&zk.CreateRequest{Path: dir, Acl: b.acl, Flags: zk.FlagPersistent},
-			&zk.CreateRequest{Path: path, Data: enc, Acl: b.acl, Flags: zk.FlagEphemeral},
-			&zk.SetDataRequest{Path: path, Data: enc, Version: 0},
-		)
-		switch {
-		case err == nil && len(res) == 3 && res[2].Stat != nil:
-			st := res[2].Stat
-			return &node{path: path, name: name, session: st.EphemeralOwner, data: data, version: st.Version, stat: st, first: true, sent: sent}, nil
-		case err == nil:
-			return nil, fmt.Errorf("fencelock/zk: unexpected reply to creating %s: %+v", path, res)
-		case err == zk.ErrNoNode:
-			// The root is missing.
-			if err := b.makeRoot(ctx); err != nil {
+		if !b.busy(dir) {
+			// Most locks are free when asked for, and a free lock has no directory (the last
+			// release removes it): create both at once, in one round trip. The SetData is
+			// there for its reply, which carries the node's czxid, the fencing token. Where
+			// others were in line a moment ago (busy), the directory is most likely there, and
+			// this would be a write that fails.
+			name := stem + firstSequence
+			path := dir + "/" + name
+			res, err := b.multi(ctx,
+				&zk.CreateRequest{Path: dir, Acl: b.acl, Flags: zk.FlagPersistent},
+				&zk.CreateRequest{Path: path, Data: enc, Acl: b.acl, Flags: zk.FlagEphemeral},
+				&zk.SetDataRequest{Path: path, Data: enc, Version: 0},
+			)
+			switch {
+			case err == nil && len(res) == 3 && res[2].Stat != nil:
+				st := res[2].Stat
+				return &node{path: path, name: name, session: st.EphemeralOwner, data: data, version: st.Version, stat: st, first: true, sent: sent}, nil
+			case err == nil:
+				return nil, fmt.Errorf("fencelock/zk: unexpected reply to creating %s: %+v", path, res)
+			case err == zk.ErrNoNode:
+				// The root is missing.
+				if err := b.makeRoot(ctx); err != nil {
+					return nil, err
+				}
+				continue
+			case err != zk.ErrNodeExists:
 				return nil, err
 			}
-			continue
-		case err != zk.ErrNodeExists:
-			return nil, err
+			b.busy(dir, true)
+			sent = time.Now()
 		}
 		// The directory exists: others are in line, or were a moment ago.
-		path, err = b.create(ctx, dir+"/"+stem, enc, zk.FlagEphemeral|zk.FlagSequence)
+		path, err := b.create(ctx, dir+"/"+stem, enc, zk.FlagEphemeral|zk.FlagSequence)
 		switch err {
 		case nil:
 			return &node{path: path, name: path[len(dir)+1:], session: b.conn.SessionID(), data: data, sent: sent}, nil
 		case zk.ErrNoNode:
-			continue // the last one out removed the directory meanwhile
+			b.busy(dir, false) // the last one out removed the directory meanwhile
+			continue
 		}
 		return nil, err
 	}

@@ -43,6 +43,7 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 			return b.leave(ctx, k, n, err)
 		}
 		i := position(q, n.name)
+		n.crowded = len(q) > 1 // others keep the directory: see remove
 		switch {
 		case i < 0:
 			return fencelock.Grant{}, holding{}, fmt.Errorf("%w: the lock node %s vanished while in line: its session expired, or someone deleted it", fencelock.ErrUnavailable, n.path)
@@ -204,6 +205,7 @@ func (b *Backend) seize(ctx context.Context, start time.Time, k holder, n *node,
 		}
 	}
 	h := holdingOf(n.path, n.data, n.stat, sent)
+	h.crowded = n.crowded
 	b.remember(k, h)
 	g, err := b.granted(ctx, start, h, sent, confirmed)
 	if err != nil {

@@ -110,7 +110,7 @@ func (b *Backend) releaseNode(ctx context.Context, k holder, path, hold string, 
 		case !data.has(hold):
 			err = zk.ErrBadVersion // a stale copy: read before concluding
 		case left.count() == 0:
-			if err = b.remove(ctx, path, version); err == nil {
+			if err = b.remove(ctx, path, version, b.crowdedAt(k, path)); err == nil {
 				b.forget(k, path)
 				return 0, nil
 			}
@@ -141,16 +141,32 @@ func (b *Backend) releaseNode(ctx context.Context, k holder, path, hold string, 
 }
 
 // remove deletes a lock node at version, and its directory when that is left empty, so that
-// a name leaves nothing behind once no one holds or wants it.
-func (b *Backend) remove(ctx context.Context, path string, version int32) error {
+// a name leaves nothing behind once no one holds or wants it. crowded says others were in line
+// behind the node when it was granted: they keep the directory, and the last of them removes
+// it, so the node goes alone, in one write, not a failed one first. (Should all of them leave
+// before this release, the empty directory stays until the name is next used.)
+func (b *Backend) remove(ctx context.Context, path string, version int32, crowded bool) error {
+	dir := parent(path)
+	if crowded {
+		err := b.delete(ctx, path, version)
+		if err == nil {
+			b.busy(dir, true)
+		}
+		return err
+	}
 	_, err := b.multi(ctx,
 		&zk.DeleteRequest{Path: path, Version: version},
-		&zk.DeleteRequest{Path: parent(path), Version: -1},
+		&zk.DeleteRequest{Path: dir, Version: -1},
 	)
-	if err == zk.ErrNotEmpty {
+	switch err {
+	case nil:
+		b.busy(dir, false)
+	case zk.ErrNotEmpty:
 		// Others are in line (the node itself, ephemeral, has no children): they keep the
 		// directory, and the last of them removes it.
-		err = b.delete(ctx, path, version)
+		if err = b.delete(ctx, path, version); err == nil {
+			b.busy(dir, true)
+		}
 	}
 	return err
 }

@@ -123,6 +123,7 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fenceloc
 			return b.leave(ctx, k, n, err)
 		}
 		i := position(q, n.name)
+		n.crowded = len(q) > 1 // others keep the directory: see remove
 		if i < 0 {
 			return fencelock.Grant{}, holding{}, fmt.Errorf("%w: the permit node %s vanished while in line: its session expired, or someone deleted it", fencelock.ErrUnavailable, n.path)
 		}
