@@ -316,3 +316,46 @@ func TestLongWaitKeepsItsPlace(t *testing.T) {
 		t.Fatalf("grant %+v after a wait of more than %v: Elapsed must count the wait", grant, least.Round(time.Millisecond))
 	}
 }
+
+// A release under contention leaves the directory to the line and the last one out removes
+// it; a Backend that remembers the directory as busy after it is gone still takes the lock,
+// and leaves nothing behind.
+func TestContendedReleasesLeaveNothingBehind(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := lockName(t)
+	a, ab := newClient(t)
+	w, _ := newClient(t)
+	admin := dial(t, server.Addr, nil)
+	dir := ab.Path(name)
+	for round := range 3 {
+		first, err := a.Obtain(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *fencelock.Lock, 1)
+		go func() {
+			l, err := w.Obtain(ctx, name)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, dir)) == 2 })
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		second := <-got
+		if second == nil {
+			t.FailNow()
+		}
+		if !exists(t, admin, dir) {
+			t.Fatalf("round %d: the directory went while the waiter holds the lock", round)
+		}
+		if err := second.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if exists(t, admin, dir) {
+			t.Fatalf("round %d: %s left behind after the last release: %v", round, dir, line(t, admin, dir))
+		}
+	}
+}
