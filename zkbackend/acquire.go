@@ -18,13 +18,13 @@ const lookTries = 8
 // Acquire implements fencelock.Backend: one attempt, which leaves no node behind when another
 // owner holds the lock.
 func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
-	return b.acquire(ctx, req, newGUID(), false, false)
+	return b.acquire(ctx, req, newGUIDFor(req.Owner), false, false)
 }
 
 // AcquireQueued implements fencelock.Queue: it takes a place in line and waits for the node
 // ahead of it to go, until its node is first or ctx ends.
 func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
-	return b.acquire(ctx, req, newGUID(), true, false)
+	return b.acquire(ctx, req, newGUIDFor(req.Owner), true, false)
 }
 
 // acquire takes the lock for req, with guid naming the node it may create. unsure says an

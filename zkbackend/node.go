@@ -185,6 +185,20 @@ func newGUID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// newGUIDFor returns a GUID for a node of owner's: 64 random bits, then the first 64 bits of
+// the owner's tag, so that a waiter tells from the name of the node first in line whether it
+// may be its owner's, without reading it (see ahead). A GUID made by a client before December
+// 2026 is random throughout: its node is read, as before.
+func newGUIDFor(owner string) string {
+	return newGUID()[:guidLen/2] + ownerTag(owner)[:guidLen/2]
+}
+
+// mayBeOwners reports whether the node of entry e may be owner's: its GUID ends with the
+// owner's tag (see newGUIDFor).
+func (e entry) mayBeOwners(owner string) bool {
+	return e.guid[guidLen/2:] == ownerTag(owner)[:guidLen/2]
+}
+
 // nodeStem is the name given to a sequential create, which ZooKeeper completes with the
 // sequence number.
 func nodeStem(guid string) string { return nodePrefix + guid + nodeMarker }

@@ -117,6 +117,12 @@ func (b *Backend) ahead(ctx context.Context, dir string, q []entry, i int, req f
 	var data lockData
 	var stat *zk.Stat
 	var err error
+	if i > 1 && !q[0].mayBeOwners(req.Owner) {
+		// Not the owner's node, by its name: nothing to read. A node of a client that named its
+		// nodes otherwise may be the owner's all the same; that client is another process's
+		// (see newGUIDFor), whose node is another holder's to this one anyway.
+		return f, nil
+	}
 	if i == 1 && queued {
 		var raw []byte
 		raw, stat, f.watch, err = b.getW(ctx, path)
