@@ -276,16 +276,7 @@ func (w *nemesisWorker) permitThread(th int) {
 			w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
 			continue
 		}
-		w.out.emit(nemEvent{K: "state", Th: th, State: "holding"})
-		for _, a := range s.Actions {
-			if time.Now().After(w.until) {
-				break
-			}
-			w.act(lock, h, s, a)
-		}
-		w.out.emit(nemEvent{K: "state", Th: th, State: "releasing"})
-		w.release(lock, h, s.Release)
-		w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
+		w.hold(th, lock, h, s, "holding")
 	}
 	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
 }
@@ -327,16 +318,7 @@ func (w *nemesisWorker) electThread(th int) {
 			w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
 			continue
 		}
-		w.out.emit(nemEvent{K: "state", Th: th, State: "holding"})
-		for _, a := range s.Actions {
-			if time.Now().After(w.until) {
-				break
-			}
-			w.act(lock, h, s, a)
-		}
-		w.out.emit(nemEvent{K: "state", Th: th, State: "releasing"})
-		w.release(lock, h, s.Release) // Resign is the lock's Release
-		w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
+		w.hold(th, lock, h, s, "holding") // its release is Resign
 	}
 	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
 }
@@ -372,7 +354,13 @@ func (w *nemesisWorker) step(th int, s stepPlan) {
 	if slices.Contains(w.cfg.Groups, s.Owner) {
 		holding = "holding-shared" // an owner other workers share: see pauseWorker
 	}
-	w.out.emit(nemEvent{K: "state", Th: th, State: holding})
+	w.hold(th, lock, h, s, holding)
+}
+
+// hold reports the thread in state while it does s's actions on lock, until the run ends, and
+// then releases lock.
+func (w *nemesisWorker) hold(th int, lock *fencelock.Lock, h int64, s stepPlan, state string) {
+	w.out.emit(nemEvent{K: "state", Th: th, State: state})
 	for _, a := range s.Actions {
 		if time.Now().After(w.until) {
 			break

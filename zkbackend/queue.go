@@ -48,17 +48,7 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 		case i < 0:
 			return fencelock.Grant{}, holding{}, fmt.Errorf("%w: the lock node %s vanished while in line: its session expired, or someone deleted it", fencelock.ErrUnavailable, n.path)
 		case i == 0 && synced != nil:
-			select {
-			case err = <-synced:
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
-			if err != nil {
-				return b.leave(ctx, k, n, classify(err))
-			}
-			g, h, err := b.seize(ctx, start, k, n, sent, true)
-			g.Waited = err == nil // first after a wait behind another node
-			return g, h, err
+			return b.seizeSynced(ctx, start, k, n, sent, synced)
 		case i == 0:
 			return b.seize(ctx, start, k, n, sent, false)
 		}
@@ -218,6 +208,23 @@ func (b *Backend) seize(ctx context.Context, start time.Time, k holder, n *node,
 		return b.leave(ctx, k, n, err)
 	}
 	return g, h, nil
+}
+
+// seizeSynced is seize after a wait in line, once the sync sent with the read that found n's
+// turn (at sent) is answered: the grant rests on both.
+func (b *Backend) seizeSynced(ctx context.Context, start time.Time, k holder, n *node, sent time.Time, synced <-chan error) (fencelock.Grant, holding, error) {
+	var err error
+	select {
+	case err = <-synced:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		return b.leave(ctx, k, n, classify(err))
+	}
+	g, h, err := b.seize(ctx, start, k, n, sent, true)
+	g.Waited = err == nil // granted after a wait behind another node
+	return g, h, err
 }
 
 // leave takes n out of line and returns cause. A waiter whose context ended still waits

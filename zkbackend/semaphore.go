@@ -151,17 +151,7 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fenceloc
 		case err != nil:
 			return b.leave(ctx, k, n, err)
 		case fit && synced != nil:
-			select {
-			case err = <-synced:
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
-			if err != nil {
-				return b.leave(ctx, k, n, classify(err))
-			}
-			g, h, err := b.seize(ctx, start, k, n, sent, true)
-			g.Waited = err == nil
-			return g, h, err
+			return b.seizeSynced(ctx, start, k, n, sent, synced)
 		case fit:
 			return b.seize(ctx, start, k, n, sent, false)
 		case !queued:
