@@ -108,6 +108,8 @@ local function sem_handover(permits, expiries, fence, line, places, retention, p
   if redis.call('ZCARD', expiries) > 0 then
     limit = tonumber(redis.call('HGET', permits, 'limit'))
     used = tonumber(redis.call('HGET', permits, 'used') or '0')
+  else
+    redis.call('HDEL', permits, 'used') -- as sem_acquire does: no permit, nothing used
   end
   while true do
     local m = redis.call('ZRANGE', line, 0, 0)[1]

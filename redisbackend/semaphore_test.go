@@ -50,6 +50,52 @@ func TestSemaphoreExpiriesLostCountsComebacksOnce(t *testing.T) {
 	}
 }
 
+// A hand-over when the expiries were lost (evicted) while the permits hash kept its count
+// counts the permits from zero, as an acquisition does: before, it added to the stale count,
+// and a semaphore of 2 with one permit held refused a second.
+func TestHandOverAfterExpiriesLostCountsFromZero(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	b := redisbackend.New(rdb)
+	t.Cleanup(func() { _ = b.Close() })
+	req := func(owner string) fencelock.Request {
+		return fencelock.Request{Name: "sem-lost", Owner: owner, Hold: "1", TTL: 10 * time.Second, Limit: 2}
+	}
+	for _, o := range []string{"a", "b"} {
+		if _, err := b.Acquire(ctx, req(o)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waiting := func(n int) {
+		for info, _ := b.InspectSemaphore(ctx, "sem-lost"); info.Waiting != n; info, _ = b.InspectSemaphore(ctx, "sem-lost") {
+			if ctx.Err() != nil {
+				t.Fatalf("never %d waiting", n)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	first, leave := context.WithCancel(ctx)
+	go func() { _, _ = b.AcquireQueued(first, req("w1")) }()
+	waiting(1)
+	got := make(chan error, 1)
+	go func() {
+		_, err := b.AcquireQueued(ctx, req("w2"))
+		got <- err
+	}()
+	waiting(2)
+	if err := rdb.Del(ctx, b.Key("sem-lost")+":s:x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	leave() // w1's leaving hands a permit to w2
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Acquire(ctx, req("c")); err != nil {
+		t.Fatalf("a second permit of 2 beside w2's alone: %v", err)
+	}
+}
+
 // A release hands the freed permit to the first waiter in line inside the release script, and
 // tells that waiter's Backend alone: right after the release the store shows the waiter as the
 // holder, before the waiter (200ms away) could have made an attempt of its own, and the
