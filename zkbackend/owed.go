@@ -258,7 +258,7 @@ func (b *Backend) finish(o owed, done bool, pending <-chan struct{}) {
 func (b *Backend) clear(ctx context.Context, o owed) (bool, <-chan struct{}) {
 	dir := b.Path(o.name)
 	if o.permit && o.guid == "" {
-		h, err := b.permitOf(ctx, o.holder)
+		h, err := b.permitOf(ctx, o.holder, o.hold)
 		if err != nil {
 			return errors.Is(err, fencelock.ErrNotHeld) || errors.Is(err, fencelock.ErrInvalid), nil
 		}

@@ -59,7 +59,11 @@ func (b *Backend) release(ctx context.Context, k holder, hold string, h holding,
 			return 0, err
 		}
 		if k.permit {
-			h, err := b.permitOf(ctx, k)
+			h, err := b.permitOf(ctx, k, hold)
+			if errors.Is(err, fencelock.ErrNotHeld) {
+				// Released already, maybe: the owner's node says how many holds are left.
+				h, err = b.permitOf(ctx, k, "")
+			}
 			if err != nil {
 				return 0, err
 			}

@@ -39,7 +39,7 @@ func (b *Backend) renew(ctx context.Context, l fencelock.Lease, synced map[*zk.C
 		// Not known here (another Backend made the node for the same owner): look.
 		var err error
 		if k.permit {
-			h, err = b.permitOf(ctx, k)
+			h, err = b.permitOf(ctx, k, "")
 		} else {
 			h, err = b.headOf(ctx, k)
 		}

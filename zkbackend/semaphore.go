@@ -60,11 +60,11 @@ func (b *Backend) attemptPermit(ctx context.Context, start time.Time, req fencel
 			if err := agree(req, q); err != nil {
 				return fencelock.Grant{}, holding{}, err
 			}
-			h, ok, err := b.ownPermit(ctx, dir, q, req.Owner)
+			h, ok, err := b.ownPermit(ctx, dir, q, req.Owner, "")
 			switch {
 			case err != nil:
 				return fencelock.Grant{}, holding{}, err
-			case ok && b.vouchable(h.session):
+			case ok:
 				g, h, err := b.enter(ctx, start, k, h, req, true)
 				if err == errVanished {
 					continue
@@ -134,7 +134,7 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fenceloc
 			// The owner may hold a permit through another node: enter that one rather than
 			// wait behind itself. n is surplus either way.
 			looked = true
-			if h, ok, err := b.ownPermit(ctx, dir, q[:i], req.Owner); err != nil || ok && b.vouchable(h.session) {
+			if h, ok, err := b.ownPermit(ctx, dir, q[:i], req.Owner, ""); err != nil || ok {
 				if err != nil {
 					return b.leave(ctx, k, n, err)
 				}
@@ -221,9 +221,11 @@ func (b *Backend) fits(ctx context.Context, dir string, q []entry, i int, watch 
 	return used <= limit, watches, nil
 }
 
-// ownPermit returns owner's node in q, read now, when it holds its permits. It does not ask
-// whose session the node is.
-func (b *Backend) ownPermit(ctx context.Context, dir string, q []entry, owner string) (holding, bool, error) {
+// ownPermit returns owner's node in q, read now, when it holds its permits: the one with hold
+// in it, or with hold empty, one of a session this Backend can vouch for. The same owner may
+// hold a permit through another process's session too (see sessions.go), whose node is not
+// this one's to enter, renew or release.
+func (b *Backend) ownPermit(ctx context.Context, dir string, q []entry, owner, hold string) (holding, bool, error) {
 	tag := ownerTag(owner)
 	for j, e := range q {
 		if e.tag != tag {
@@ -239,6 +241,8 @@ func (b *Backend) ownPermit(ctx context.Context, dir string, q []entry, owner st
 			return holding{}, false, err
 		case data.owner != owner:
 			continue // another owner whose tag is the same
+		case hold != "" && !data.has(hold), hold == "" && !b.vouchable(stat.EphemeralOwner):
+			continue
 		}
 		fit, _, err := b.fits(ctx, dir, q, j, false)
 		if err != nil || !fit {
@@ -294,14 +298,15 @@ func waitAny(ctx context.Context, name string, watches []<-chan zk.Event) error 
 	return nil
 }
 
-// permitOf returns k's permit node, when its owner holds one.
-func (b *Backend) permitOf(ctx context.Context, k holder) (holding, error) {
+// permitOf returns k's permit node, when its owner holds one: the one with hold in it, or
+// with hold empty, one this Backend can vouch for (see ownPermit).
+func (b *Backend) permitOf(ctx context.Context, k holder, hold string) (holding, error) {
 	dir := b.Path(k.name)
 	q, err := b.permits(ctx, dir, false)
 	if err != nil {
 		return holding{}, err
 	}
-	h, ok, err := b.ownPermit(ctx, dir, q, k.owner)
+	h, ok, err := b.ownPermit(ctx, dir, q, k.owner, hold)
 	switch {
 	case err != nil:
 		return holding{}, err

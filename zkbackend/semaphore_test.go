@@ -153,3 +153,29 @@ func permitNodes(t testing.TB, conn *zk.Conn, dir, owner string) []string {
 	}
 	return nodes
 }
+
+// An owner that holds a permit here and, under the same owner ID, in another process: a
+// release through a Backend that does not know the permit (its cache misses) releases this
+// process's permit, the one with the hold, not the other process's node of the same owner.
+// Before, it found the other process's node first, released nothing, and said so.
+func TestReleaseFindsTheNodeWithTheHold(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := lockName(t)
+	owner := "shared-" + name
+	startPermitHolder(t, name, owner, 2)
+	conn := dial(t, server.Addr, nil)
+	mine, other := newBackend(conn), newBackend(conn)
+	req := fencelock.Request{Name: name, Owner: owner, Hold: "h1", TTL: sessionTimeout, Limit: 2}
+	if _, err := mine.AcquireQueued(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := mine.InspectSemaphore(ctx, name); err != nil || len(info.Permits) != 2 {
+		t.Fatalf("both permits held: %+v, %v", info, err)
+	}
+	if _, err := other.Release(ctx, fencelock.Lease{Name: name, Owner: owner, TTL: sessionTimeout, Limit: 2}, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := mine.InspectSemaphore(ctx, name); err != nil || len(info.Permits) != 1 {
+		t.Fatalf("after the release of this process's permit: %+v, %v", info, err)
+	}
+}
