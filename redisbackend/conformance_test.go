@@ -32,7 +32,11 @@ func TestConformance(t *testing.T) {
 		t.Run(d.name, func(t *testing.T) {
 			rdb := d.client(t)
 			target := fencelocktest.Target{
-				New: func(t *testing.T) fencelock.Backend { return redisbackend.New(rdb, d.opts...) },
+				New: func(t *testing.T) fencelock.Backend {
+					b := redisbackend.New(rdb, d.opts...)
+					t.Cleanup(func() { _ = b.Close() })
+					return b
+				},
 				TTL: time.Second,
 				Drop: func(t *testing.T, name string) {
 					if err := rdb.Del(context.Background(), redisbackend.New(rdb).Key(name)).Err(); err != nil {

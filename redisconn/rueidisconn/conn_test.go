@@ -70,7 +70,13 @@ func TestBackendConformance(t *testing.T) {
 	redisconntest.Deployments(t, func(t *testing.T, d redisconntest.Deployment) {
 		c := dial(t, d)
 		target := fencelocktest.Target{
-			New: func(t *testing.T) fencelock.Backend { return redisbackend.New(c) },
+			New: func(t *testing.T) fencelock.Backend {
+				// Closed with the test, so that no loss watch of its lingers into the next
+				// test, or past the leak check at the end.
+				b := redisbackend.New(c)
+				t.Cleanup(func() { _ = b.Close() })
+				return b
+			},
 			TTL: time.Second,
 			Drop: func(t *testing.T, name string) {
 				if _, err := c.Eval(context.Background(), del, []string{redisbackend.New(c).Key(name)}); err != nil {
