@@ -64,12 +64,8 @@ func (b *Backend) attempt(ctx context.Context, start time.Time, req fencelock.Re
 	k := keyOf(req.Name, req.Owner, 0)
 	dir := b.Path(req.Name)
 	for range lookTries {
-		if h, ok := b.holding(k); ok {
-			if b.lost(h) || !b.vouchable(h.session) {
-				b.forget(k, h.path)
-			} else if g, h, err := b.enter(ctx, start, k, h, req, false); err != errVanished {
-				return g, h, err
-			}
+		if g, h, err := b.enterHeld(ctx, start, k, req); err != errVanished {
+			return g, h, err
 		}
 		if !queued {
 			// Look before joining: a held lock then costs a read, not a node made and deleted.
@@ -92,6 +88,20 @@ func (b *Backend) attempt(ctx context.Context, start time.Time, req fencelock.Re
 		return b.await(ctx, start, req, n, queued)
 	}
 	return fencelock.Grant{}, holding{}, fmt.Errorf("%w: %q changed hands %d times while being acquired", fencelock.ErrUnavailable, req.Name, lookTries)
+}
+
+// enterHeld adds req's hold to the node through which this Backend holds k already, when it
+// still can vouch for it. It returns errVanished when there is no such node.
+func (b *Backend) enterHeld(ctx context.Context, start time.Time, k holder, req fencelock.Request) (fencelock.Grant, holding, error) {
+	h, ok := b.holding(k)
+	if !ok {
+		return fencelock.Grant{}, holding{}, errVanished
+	}
+	if b.lost(h) || !b.vouchable(h.session) {
+		b.forget(k, h.path)
+		return fencelock.Grant{}, holding{}, errVanished
+	}
+	return b.enter(ctx, start, k, h, req, false)
 }
 
 // sameTerms says why req may not enter a permit node with data: another limit, or more permits

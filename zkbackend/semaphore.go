@@ -44,12 +44,8 @@ func (b *Backend) attemptPermit(ctx context.Context, start time.Time, req fencel
 	k := keyOf(req.Name, req.Owner, req.Limit)
 	dir := b.Path(req.Name)
 	for range lookTries {
-		if h, ok := b.holding(k); ok {
-			if b.lost(h) || !b.vouchable(h.session) {
-				b.forget(k, h.path)
-			} else if g, h, err := b.enter(ctx, start, k, h, req, false); err != errVanished {
-				return g, h, err
-			}
+		if g, h, err := b.enterHeld(ctx, start, k, req); err != errVanished {
+			return g, h, err
 		}
 		if !queued {
 			// Look before joining, as for a lock: all permits held then cost a read.
