@@ -438,6 +438,53 @@ func (s suite) listing(t *testing.T) fencelock.Backend {
 	return b
 }
 
+// waitBehind starts a waiter for a permit of the semaphore name of 1 permit, held by someone
+// else until the test ends, and returns once the waiter is in line. The function it returns
+// ends the wait and checks that the waiter got nothing.
+func (s suite) waitBehind(t *testing.T, ctx context.Context, name string) (stop func()) {
+	waiting := s.client(t).Semaphore(name, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		p, err := waiting.Acquire(wctx)
+		if err == nil {
+			_ = p.Release(ctx)
+			err = errors.New("the waiter got a permit that was held")
+		}
+		waited <- err
+	}()
+	waitUntil(t, 10*time.Second, "the waiter never joined the line", func() bool {
+		info, err := waiting.Inspect(ctx)
+		return err == nil && info.Waiting == 1
+	})
+	return func() {
+		cancel()
+		if err := <-waited; !errors.Is(err, context.Canceled) {
+			t.Errorf("the waiter: %v, want context.Canceled", err)
+		}
+	}
+}
+
+// permitsOf checks that info's permits are those of holders, one each, with the metadata each
+// holder published.
+func permitsOf(t *testing.T, info fencelock.SemaphoreInfo, holders map[*fencelock.Lock]string) {
+	t.Helper()
+	byOwner := map[string]*fencelock.Lock{}
+	for l := range holders {
+		byOwner[l.Owner()] = l
+	}
+	for _, p := range info.Permits {
+		l := byOwner[p.Owner]
+		if l == nil || p.Token != l.Token() || p.Name != info.Name || !p.Held || p.Count != 1 || p.Weight != 1 {
+			t.Fatalf("semaphore %s: permit %+v is none of its holders'", info.Name, p)
+		}
+		if p.Meta != holders[l] {
+			t.Fatalf("semaphore %s: permit %+v, want the metadata of its holder, %q", info.Name, p, holders[l])
+		}
+		delete(byOwner, p.Owner)
+	}
+}
+
 // names returns the names of sems, in order.
 func names(sems []fencelock.SemaphoreInfo) []string {
 	out := []string{}
@@ -484,31 +531,13 @@ func (s suite) semList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A waiter for b, which b1 holds until the end.
-	waiting := s.client(t).Semaphore(pfx+"b", 1)
-	wctx, stop := context.WithCancel(ctx)
-	waited := make(chan error, 1)
-	go func() {
-		p, err := waiting.Acquire(wctx)
-		if err == nil {
-			_ = p.Release(ctx)
-			err = errors.New("the waiter got a permit that was held")
-		}
-		waited <- err
-	}()
 	defer func() {
-		stop()
-		if err := <-waited; !errors.Is(err, context.Canceled) {
-			t.Errorf("the waiter: %v, want context.Canceled", err)
-		}
 		for _, l := range []*fencelock.Lock{b1, outside, lock} {
 			_ = l.Release(ctx)
 		}
 	}()
-	waitUntil(t, 10*time.Second, "the waiter never joined the line", func() bool {
-		info, err := waiting.Inspect(ctx)
-		return err == nil && info.Waiting == 1
-	})
+	// A waiter for b, which b1 holds until the end; it stops waiting before b1 is released.
+	defer s.waitBehind(t, ctx, pfx+"b")()
 
 	sems, err := fencelock.ListSemaphores(ctx, b, pfx)
 	if err != nil {
@@ -521,17 +550,7 @@ func (s suite) semList(t *testing.T) {
 	if sa.Limit != 3 || sa.InUse != 2 || sa.Waiting != 0 || len(sa.Permits) != 2 {
 		t.Fatalf("semaphore a: %+v, want limit 3, 2 permits in use, none waiting", sa)
 	}
-	want := map[string]*fencelock.Lock{a1.Owner(): a1, a2.Owner(): a2}
-	for _, p := range sa.Permits {
-		l := want[p.Owner]
-		if l == nil || p.Token != l.Token() || p.Name != pfx+"a" || !p.Held || p.Count != 1 || p.Weight != 1 {
-			t.Fatalf("semaphore a: permit %+v is none of its holders' (%s %d, %s %d)", p, a1.Owner(), a1.Token(), a2.Owner(), a2.Token())
-		}
-		if (l == a1) != (p.Meta == "worker 1") {
-			t.Fatalf("semaphore a: permit %+v, want the metadata of its holder", p)
-		}
-		delete(want, p.Owner)
-	}
+	permitsOf(t, sa, map[*fencelock.Lock]string{a1: "worker 1", a2: ""})
 	if sb.Limit != 1 || sb.InUse != 1 || sb.Waiting != 1 || len(sb.Permits) != 1 || sb.Permits[0].Owner != b1.Owner() || sb.Permits[0].Token != b1.Token() {
 		t.Fatalf("semaphore b: %+v, want b1's permit (%s %d) and one waiter", sb, b1.Owner(), b1.Token())
 	}
