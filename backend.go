@@ -49,6 +49,20 @@ type Queue interface {
 	AcquireQueued(ctx context.Context, req Request) (Grant, error)
 }
 
+// OwnerReuser is implemented by backends whose store keeps a trace of every key it deleted
+// until the store is compacted, and walks those traces wherever it looks at a lock's line: etcd
+// keeps a key per owner in a lock's queue, and each acquisition reads the queue. A name taken
+// and released with a fresh owner each time would leave a trace per acquisition and make each
+// acquisition slower than the last. For such a backend the Client gives the owner ID of a lock
+// it released cleanly (one hold, never lost, released at the first try) to its next
+// acquisition of the same name with a fresh owner. The backend's Release must then refuse a
+// Lease whose Token is not that of the owner's current lock, so that a late release of the
+// earlier lock cannot end the later one.
+type OwnerReuser interface {
+	// ReusesOwners reports whether the Client may reuse owner IDs as above.
+	ReusesOwners() bool
+}
+
 // LossWatcher is implemented by backends whose store can push word that a held lock changed
 // (the Redis backend, through CLIENT TRACKING), so that its holder learns of a loss within
 // milliseconds instead of at its next renewal. The watchdog asks for a watch once a hold it

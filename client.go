@@ -15,12 +15,13 @@ import (
 // did not leave time for it; Close stops both and waits for them. A Client is safe for
 // concurrent use; create one per backend and share it.
 //
-// Locking: mu guards held and closed. It may be held while a hold's mu is taken.
+// Locking: mu guards held, spare and closed. It may be held while a hold's mu is taken.
 type Client struct {
 	b       Backend
 	watcher ReleaseWatcher // nil when the backend cannot notify releases
 	queue   Queue          // nil when the backend keeps no line of waiters
 	loss    LossWatcher    // nil when the store cannot push word of a loss
+	reuse   bool           // the backend is an OwnerReuser that reuses owners
 
 	defaults       []Option
 	now            func() time.Time
@@ -36,6 +37,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	held   map[holdKey]*hold
+	spare  map[holdKey][]string // owners of locks released cleanly, by name (owner "")
 	closed bool
 }
 
@@ -55,6 +57,9 @@ func New(b Backend, opts ...ClientOption) *Client {
 	c.watcher, _ = b.(ReleaseWatcher)
 	c.queue, _ = b.(Queue)
 	c.loss, _ = b.(LossWatcher)
+	if r, ok := b.(OwnerReuser); ok && r.ReusesOwners() {
+		c.reuse, c.spare = true, make(map[holdKey][]string)
+	}
 	for _, o := range opts {
 		o(c)
 	}
@@ -191,28 +196,29 @@ func (c *Client) emit(e Event) {
 
 // release ends one hold in the store within ctx: an attempt whose outcome is unknown is tried
 // again with the same hold ID, and when ctx ends before one is confirmed, the background goes
-// on with it.
-func (c *Client) release(ctx context.Context, lease Lease, hold string) error {
-	var err error
+// on with it. It reports clean when the first attempt released the last hold of the owner:
+// the store has nothing of it left, and no request of it is unanswered.
+func (c *Client) release(ctx context.Context, lease Lease, hold string) (clean bool, err error) {
 	for attempt := 0; ; attempt++ {
-		_, err = c.b.Release(ctx, lease, hold)
+		var n int
+		n, err = c.b.Release(ctx, lease, hold)
 		switch {
 		case err == nil:
-			return nil
+			return attempt == 0 && n == 0, nil
 		case errors.Is(err, ErrNotHeld):
 			if attempt > 0 {
-				return nil // an earlier attempt whose outcome was unknown released it
+				return false, nil // an earlier attempt whose outcome was unknown released it
 			}
-			return err
+			return false, err
 		case errors.Is(err, ErrInvalid):
-			return err
+			return false, err
 		}
 		if attempt == 2 || !pause(ctx, 10*time.Millisecond<<(2*attempt)) {
 			break
 		}
 	}
 	c.undo(lease, hold)
-	return err
+	return false, err
 }
 
 // undo ends a hold in the store in the background, for at most the cleanup timeout: an
@@ -285,3 +291,49 @@ func randomID(n int) string {
 
 // newOwner returns a fresh 128-bit owner ID.
 func newOwner() string { return randomID(16) }
+
+// Owners kept for reuse (see OwnerReuser): at most spareEach per name, for at most spareNames
+// names; past that an owner is not kept, and the next acquisition makes a new one.
+const (
+	spareEach  = 8
+	spareNames = 1024
+)
+
+// freshOwner returns an owner ID for an acquisition of name with none of its own: one kept
+// by spareOwner, when the backend reuses owners and one is kept, else a new one.
+func (c *Client) freshOwner(name string, permit bool) string {
+	if c.reuse {
+		k := holdKey{name: name, permit: permit}
+		c.mu.Lock()
+		if s := c.spare[k]; len(s) > 0 {
+			o := s[len(s)-1]
+			if len(s) == 1 {
+				delete(c.spare, k)
+			} else {
+				c.spare[k] = s[:len(s)-1]
+			}
+			c.mu.Unlock()
+			return o
+		}
+		c.mu.Unlock()
+	}
+	return newOwner()
+}
+
+// spareOwner keeps the owner of h, released cleanly by its one handle, for the next
+// acquisition of its name with a fresh owner: the store has nothing of it left, and no request
+// of it is unanswered.
+func (c *Client) spareOwner(h *hold) {
+	h.mu.Lock()
+	ok := h.reusable && h.phase == released
+	h.mu.Unlock()
+	if !ok {
+		return
+	}
+	k := holdKey{name: h.name, permit: h.limit > 0}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, found := c.spare[k]; !c.closed && len(s) < spareEach && (found || len(c.spare) < spareNames) {
+		c.spare[k] = append(s, h.owner)
+	}
+}

@@ -44,6 +44,7 @@ type hold struct {
 	watchAt  time.Time     // when the watchdog asks the backend to push word of a loss; zero for never
 	unwatch  func()        // ends that watch; nil while there is none
 	refs     int           // handles not yet released
+	reusable bool          // its owner may be reused once released: fresh, and never joined
 	handles  []*lockContext
 	handle0  [1]*lockContext // backs handles while there is one, as there usually is
 }
@@ -62,7 +63,7 @@ func (c *Client) newHold(h *hold, r *request, token int64, sent, deadline time.T
 	*h = hold{
 		c: c, name: r.name, owner: r.owner, limit: r.limit, token: token, watchdog: !s.noWatchdog, vctx: r.vctx,
 		onLost: s.onLost, obtained: sent, fixedEvery: s.renewEvery,
-		ttl: s.ttl, every: s.every, deadline: deadline, refs: 1,
+		ttl: s.ttl, every: s.every, deadline: deadline, refs: 1, reusable: c.reuse && r.fresh,
 		// A lock handed over for a short claim is renewed well within it the first time, and
 		// at the usual pace once that renewal gave it its whole TTL.
 		renewAt: sent.Add(min(s.every, validity/3)),
@@ -85,6 +86,7 @@ func (h *hold) join(ttl time.Duration) bool {
 		return false
 	}
 	h.refs++
+	h.reusable = false // the store has more than one hold of it
 	if ttl > h.ttl {
 		h.ttl = ttl
 		if h.fixedEvery == 0 {

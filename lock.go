@@ -248,7 +248,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 	}
 	sent := l.c.now()
-	err := l.c.release(ctx, h.lease(), l.hold)
+	clean, err := l.c.release(ctx, h.lease(), l.hold)
+	if clean {
+		l.c.spareOwner(h)
+	}
 	now := l.c.now()
 	l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: now.Sub(h.obtained), Err: err, Owner: h.owner, Context: ctx, Took: now.Sub(sent)})
 	return err

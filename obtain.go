@@ -60,7 +60,7 @@ func (c *Client) obtain(ctx context.Context, name string, limit int, wait bool, 
 		if h := heldState(ctx, c, name); h != nil && h.limit == limit && (limit == 0 || r.s.reenter) && !r.s.fresh {
 			r.owner = h.owner
 		} else {
-			r.owner, r.fresh = newOwner(), true
+			r.owner, r.fresh = c.freshOwner(name, limit > 0), true
 		}
 	}
 	if r.s.hasWait {

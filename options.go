@@ -48,7 +48,8 @@ func WithTTL(ttl time.Duration) Option { return func(s *settings) { s.ttl = ttl 
 // WithOwner makes the acquisition on behalf of an explicit owner ID instead of a random one:
 // acquisitions with the same owner re-enter each other's lock, across goroutines and
 // processes. The ID must be unique to the holder; a shared ID makes two holders one.
-// Default: a fresh 128-bit random owner per acquisition, inherited through lock.Context().
+// Default: a fresh 128-bit random owner per acquisition (on etcd, see OwnerReuser), inherited
+// through lock.Context().
 func WithOwner(owner string) Option { return func(s *settings) { s.owner = owner } }
 
 // WithRetry replaces the wake-on-release wait with polling at the strategy's intervals. Use it

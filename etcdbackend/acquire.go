@@ -237,13 +237,15 @@ func (b *Backend) waitTurn(ctx context.Context, ended <-chan struct{}, pfx, key 
 		if len(preds) == 0 {
 			return sent, nil
 		}
-		if err := b.waitDelete(ctx, ended, string(preds[0].Key), resp.Header.Revision); err != nil {
+		if err := b.waitDelete(ctx, ended, preds[0], resp.Header.Revision); err != nil {
 			return sent, err
 		}
 	}
 }
 
-// waitDelete waits until key, which existed at revision seen, is deleted.
+// waitDelete waits until pred, a key that existed at revision seen, is deleted. A key of the
+// same name made since is another: an owner whose lock was released may be given to the next
+// acquisition (see ReusesOwners), and its new key stands behind the waiter.
 //
 // The watch starts at the current revision, never at an older one: etcd serves a watch that
 // starts in the past from a catch-up loop that runs every 100 ms, and hands it no new event
@@ -251,7 +253,8 @@ func (b *Backend) waitTurn(ctx context.Context, ended <-chan struct{}, pfx, key 
 // a release. Starting at seen+1 is not enough on a busy cluster, where other writes move the
 // revision on between the read and the watch. A deletion between the read and the watch's
 // creation is caught by reading the key again once the watch exists.
-func (b *Backend) waitDelete(ctx context.Context, ended <-chan struct{}, key string, seen int64) error {
+func (b *Backend) waitDelete(ctx context.Context, ended <-chan struct{}, pred *mvccpb.KeyValue, seen int64) error {
+	key := string(pred.Key)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := b.c.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
@@ -262,11 +265,11 @@ func (b *Backend) waitDelete(ctx context.Context, ended <-chan struct{}, key str
 				return nil // the watch broke: the caller reads again
 			}
 			if wr.Created && wr.Header.Revision > seen {
-				resp, err := b.c.Get(ctx, key, clientv3.WithCountOnly())
+				resp, err := b.c.Get(ctx, key, clientv3.WithKeysOnly())
 				if err != nil {
 					return classify(err)
 				}
-				if resp.Count == 0 {
+				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != pred.CreateRevision {
 					return nil
 				}
 			}

@@ -37,8 +37,9 @@ type Backend struct {
 }
 
 var (
-	_ fencelock.Backend = (*Backend)(nil)
-	_ fencelock.Queue   = (*Backend)(nil)
+	_ fencelock.Backend     = (*Backend)(nil)
+	_ fencelock.Queue       = (*Backend)(nil)
+	_ fencelock.OwnerReuser = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -103,6 +104,11 @@ func (b *Backend) Close() error {
 }
 
 // queuePrefix is the prefix of the keys of the lock name.
+// ReusesOwners implements fencelock.OwnerReuser: etcd keeps a deleted key in its index until
+// it is compacted, and each acquisition reads the lock's queue with its traces; a Release with
+// a Token releases only the key made at that revision.
+func (b *Backend) ReusesOwners() bool { return true }
+
 func (b *Backend) queuePrefix(name string) string {
 	return b.prefix + url.PathEscape(name) + "/"
 }

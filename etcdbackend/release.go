@@ -12,7 +12,8 @@ import (
 
 // Release implements fencelock.Backend. The last hold deletes the key in one transaction that
 // compares its value; other holds rewrite the value in a transaction that compares the key's
-// create and mod revisions.
+// create and mod revisions. A lease with a Token releases only the owner's key made at that
+// revision: a late release of an earlier lock of the owner leaves a later one alone.
 //
 // A release whose outcome stays unknown (the error matches fencelock.ErrUnavailable) is retried
 // by the Backend with every keep-alive of its leases until it is done, since the key would
@@ -21,9 +22,9 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
 	}
-	n, err := b.release(ctx, lease, hold, 0)
+	n, err := b.release(ctx, lease, hold, lease.Token)
 	if err != nil && !errors.Is(err, fencelock.ErrNotHeld) && !errors.Is(err, fencelock.ErrInvalid) {
-		b.owe(owed{lease: lease, hold: hold})
+		b.owe(owed{lease: lease, hold: hold, rev: lease.Token})
 	}
 	return n, err
 }
