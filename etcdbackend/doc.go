@@ -10,6 +10,15 @@
 // same lease: "!" is escaped in every name, so no lock's queue covers these keys, whether or
 // not the prefix ends with a slash.
 //
+// etcd keeps a deleted key in its index until the cluster is compacted, and each acquisition
+// reads its lock's queue, walking those traces too. So that a name taken and released again
+// and again does not make a key per acquisition, the Backend is a fencelock.OwnerReuser: a
+// Client gives the owner of a lock it released cleanly to its next acquisition of that name,
+// and the queue reuses that owner's key. A waiter waits for the deletion of the key it saw
+// ahead of it (its create revision), not for a key of that name. Run etcd with
+// auto-compaction all the same: a name taken by many processes, or with WithOwner IDs of
+// one's own, still leaves a trace per owner.
+//
 // # Leases and TTL
 //
 // A Backend keeps one lease per distinct TTL, rounded up to whole seconds, and keeps it alive
@@ -30,7 +39,9 @@
 //
 // The key's value is the hold count and the hold IDs ("count\nhold\nhold..."), changed only by
 // transactions that compare the key's create and mod revisions, so a retried release never
-// decrements twice and a stale release never deletes a newer holder's key. A reentrant
+// decrements twice and a stale release never deletes a newer holder's key. A release that
+// carries its lock's token (the Client's do) compares the key's create revision as well, so a
+// late release of an owner's earlier lock never ends the owner's later one. A reentrant
 // acquisition adds its hold to the key and leaves the key on its lease: re-entering a lock
 // with a longer TTL does not make it live longer.
 //
