@@ -359,3 +359,70 @@ func TestContendedReleasesLeaveNothingBehind(t *testing.T) {
 		}
 	}
 }
+
+// A node made in a directory others are in (one multi with a SetData of the directory, whose
+// mzxid is then the node's czxid) gets its czxid as its token, the token Inspect and the
+// node's own stat show, without a read of the node: for waiters first in line at once as for
+// those that waited, and for a semaphore's permit as for a lock.
+func TestNodeMadeBesideOthersHasItsCzxidAsToken(t *testing.T) {
+	holder, b := newClient(t)
+	admin := dial(t, server.Addr, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := lockName(t)
+	dir := b.Path(name)
+	first, err := holder.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit, err := holder.Semaphore(name, 3).Acquire(ctx) // keeps the directory there
+	if err != nil {
+		t.Fatal(err)
+	}
+	czxid := func(token int64) int64 {
+		t.Helper()
+		children, _, err := admin.Children(dir) // lock and permit nodes
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, child := range children {
+			if _, st, err := admin.Get(dir + "/" + child); err == nil && st.Czxid == token {
+				return st.Czxid
+			}
+		}
+		return 0
+	}
+	w, _ := newClient(t)
+	got := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := w.Obtain(ctx, name)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, dir)) == 2 })
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waited := <-got
+	if waited == nil {
+		t.FailNow()
+	}
+	other, err := w.Semaphore(name, 3).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*fencelock.Lock{waited, other} {
+		if czxid(l.Token()) != l.Token() || l.Token() <= first.Token() {
+			t.Errorf("token %d: no node in %s has it as its czxid (the first holder's was %d)", l.Token(), dir, first.Token())
+		}
+	}
+	if info, err := b.Inspect(ctx, name); err != nil || info.Token != waited.Token() {
+		t.Errorf("Inspect: %+v, %v; want token %d", info, err, waited.Token())
+	}
+	for _, l := range []*fencelock.Lock{waited, other, permit} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
