@@ -32,8 +32,9 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 			return b.leave(ctx, k, n, fmt.Errorf("fencelock/zk: left the queue of %q: %w", req.Name, err))
 		}
 		sent := time.Now()
+		made := b.standsOnCreate(n)
 		var synced <-chan error
-		if woke {
+		if woke && !made {
 			// After a wait, n may be first now: the grant would rest on this read, and must
 			// rest on a sync too (see granted). Sent together, they cost one round trip.
 			synced = b.syncAsync(dir)
@@ -47,6 +48,10 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 		switch {
 		case i < 0:
 			return fencelock.Grant{}, holding{}, fmt.Errorf("%w: the lock node %s vanished while in line: its session expired, or someone deleted it", fencelock.ErrUnavailable, n.path)
+		case i == 0 && made:
+			g, h, err := b.seize(ctx, start, k, n, n.sent, true)
+			g.Waited = woke && err == nil
+			return g, h, err
 		case i == 0 && synced != nil:
 			return b.seizeSynced(ctx, start, k, n, sent, synced)
 		case i == 0:
@@ -89,6 +94,16 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 			return b.leave(ctx, k, n, err)
 		}
 	}
+}
+
+// standsOnCreate reports whether a grant of n, once a read finds it first in line, can rest on
+// the create that made it, with no sync: the create was a write, which the leader answered, so
+// n's session lived there when it was sent, and n, once first, stays first until it goes. It
+// can while n is of the Backend's session and was made less than a quarter of the session
+// timeout ago, which the grant's validity counts from: a waiter that waited longer syncs, for
+// a validity counted from its read.
+func (b *Backend) standsOnCreate(n *node) bool {
+	return !n.sent.IsZero() && n.stat != nil && n.session == b.conn.SessionID() && time.Since(n.sent) < b.validity/4
 }
 
 // firstInLine is what a waiter knows of the node first in line.

@@ -1,0 +1,118 @@
+package zkbackend_test
+
+import (
+	"encoding/binary"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// opSync is ZooKeeper's opcode of a sync request.
+const opSync = 9
+
+// opCounter counts the requests a client sends, by opcode, read off the wire: each packet is
+// a 4-byte length and a body; the first of a connection is the session's connect request, and
+// every other starts with the xid and the opcode.
+type opCounter struct {
+	mu  sync.Mutex
+	ops map[int32]int
+}
+
+func (c *opCounter) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	conn, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{Conn: conn, c: c}, nil
+}
+
+func (c *opCounter) count(op int32) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ops[op]
+}
+
+type countedConn struct {
+	net.Conn
+	c         *opCounter
+	buf       []byte
+	connected bool // the connect request went by
+}
+
+func (cc *countedConn) Write(p []byte) (int, error) {
+	cc.buf = append(cc.buf, p...)
+	for len(cc.buf) >= 4 {
+		n := int(binary.BigEndian.Uint32(cc.buf))
+		if len(cc.buf) < 4+n {
+			break
+		}
+		body := cc.buf[4 : 4+n]
+		if cc.connected && len(body) >= 8 {
+			cc.c.mu.Lock()
+			if cc.c.ops == nil {
+				cc.c.ops = make(map[int32]int)
+			}
+			cc.c.ops[int32(binary.BigEndian.Uint32(body[4:8]))]++
+			cc.c.mu.Unlock()
+		}
+		cc.connected = true
+		cc.buf = cc.buf[4+n:]
+	}
+	return cc.Conn.Write(p)
+}
+
+// A waiter granted a moment after it joined the line rests the grant on the create that made
+// its node, a write the leader answered, and sends no sync; one that waited more than a
+// quarter of the session timeout syncs, and its validity counts from the read after that sync,
+// not from the create. Before, every waiter synced on waking.
+func TestGrantAfterAShortWaitRestsOnTheCreate(t *testing.T) {
+	holder, hb := newClient(t)
+	admin := dial(t, server.Addr, nil)
+	ops := &opCounter{}
+	waiter := fencelock.New(newBackend(dial(t, server.Addr, ops.dial)), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
+	t.Cleanup(func() { _ = waiter.Close() })
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := lockName(t)
+	for _, wait := range []time.Duration{0, sessionTimeout/4 + 200*time.Millisecond} {
+		first, err := holder.Obtain(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *fencelock.Lock, 1)
+		go func() {
+			l, err := waiter.Obtain(ctx, name)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, hb.Path(name))) == 2 })
+		time.Sleep(wait)
+		syncs := ops.count(opSync)
+		released := time.Now()
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l := <-got
+		if l == nil {
+			t.FailNow()
+		}
+		syncs = ops.count(opSync) - syncs
+		switch {
+		case wait == 0 && syncs != 0:
+			t.Errorf("granted at once after joining the line: %d syncs, want none", syncs)
+		case wait > 0 && syncs == 0:
+			t.Errorf("granted %v after joining the line: no sync", wait)
+		case wait > 0 && !l.ValidUntil().After(released.Add(sessionTimeout*17/20)):
+			// Counted from the read, it is the session timeout less the Client's drift
+			// allowance (1% and 2ms) from after the release; from the create, 700ms less.
+			t.Errorf("granted %v after joining the line: valid for %v after the release, counted from before it", wait, l.ValidUntil().Sub(released))
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
