@@ -56,6 +56,11 @@ func (b *Backend) renewBatch(ctx context.Context, begin time.Time, batch []fence
 			r.Err = fmt.Errorf("%w: the key of %q is gone from etcd (lease expired or key deleted)", fencelock.ErrNotHeld, l.Name)
 			continue
 		}
+		if l.Token != 0 && kvs[0].CreateRevision != l.Token {
+			// A later lock of the same owner: the one renewed is gone.
+			r.Err = fmt.Errorf("%w: the owner's key of %q was made again (token %d, not %d)", fencelock.ErrNotHeld, l.Name, kvs[0].CreateRevision, l.Token)
+			continue
+		}
 		id := clientv3.LeaseID(kvs[0].Lease)
 		until, ok := known[id]
 		if !ok {

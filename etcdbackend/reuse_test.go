@@ -121,8 +121,9 @@ func TestReleasedOwnerIsReused(t *testing.T) {
 }
 
 // A release of an owner's earlier lock, late (its token), leaves the owner's later lock of
-// the same name alone. Before, the release compared only the key's value, which a first hold
-// writes alike every time, and deleted the later lock.
+// the same name alone, and a late renewal of it reports it gone. Before, the release compared
+// only the key's value, which a first hold writes alike every time, and deleted the later
+// lock; the renewal found the owner's key and renewed the earlier lock.
 func TestLateReleaseLeavesTheOwnersLaterLock(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
 	b, _ := newBackend(t, etcd)
@@ -142,6 +143,9 @@ func TestLateReleaseLeavesTheOwnersLaterLock(t *testing.T) {
 	}
 	if _, err := b.Release(ctx, earlier, ""); !errors.Is(err, fencelock.ErrNotHeld) {
 		t.Fatalf("a late release of token %d: %v, want ErrNotHeld", first.Token, err)
+	}
+	if r := b.Renew(ctx, []fencelock.Lease{earlier}); len(r) != 1 || !errors.Is(r[0].Err, fencelock.ErrNotHeld) {
+		t.Fatalf("a late renewal of token %d: %+v, want ErrNotHeld", first.Token, r)
 	}
 	info, err := b.Inspect(ctx, name)
 	if err != nil || !info.Held || info.Owner != "o" || info.Token != later.Token {
