@@ -103,12 +103,12 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// queuePrefix is the prefix of the keys of the lock name.
 // ReusesOwners implements fencelock.OwnerReuser: etcd keeps a deleted key in its index until
-// it is compacted, and each acquisition reads the lock's queue with its traces; a Release with
-// a Token releases only the key made at that revision.
+// it is compacted, and each acquisition reads the lock's queue with its traces; a Release or a
+// Renew with a Token acts only on the key made at that revision.
 func (b *Backend) ReusesOwners() bool { return true }
 
+// queuePrefix is the prefix of the keys of the lock name.
 func (b *Backend) queuePrefix(name string) string {
 	return b.prefix + url.PathEscape(name) + "/"
 }
