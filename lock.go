@@ -249,11 +249,13 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	sent := l.c.now()
 	clean, err := l.c.release(ctx, h.lease(), l.hold)
-	if clean {
-		l.c.spareOwner(h)
-	}
 	now := l.c.now()
 	l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: now.Sub(h.obtained), Err: err, Owner: h.owner, Context: ctx, Took: now.Sub(sent)})
+	if clean {
+		// After the event: an observer sees this lock released before a next one under its
+		// owner is obtained.
+		l.c.spareOwner(h)
+	}
 	return err
 }
 
