@@ -131,6 +131,22 @@ func line(t testing.TB, conn *zk.Conn, dir string) []string {
 	return q
 }
 
+// obtainBehind starts c's Obtain of name, and returns once it waits in the line of dir, as
+// its second node; the channel then yields its lock, or nil when it failed (reported to t).
+func obtainBehind(ctx context.Context, t *testing.T, c *fencelock.Client, admin *zk.Conn, dir, name string) <-chan *fencelock.Lock {
+	t.Helper()
+	got := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := c.Obtain(ctx, name)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, dir)) == 2 })
+	return got
+}
+
 // dropHolder deletes the first lock node of name behind its holder's back.
 func dropHolder(t testing.TB, conn *zk.Conn, dir string) {
 	t.Helper()

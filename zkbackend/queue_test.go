@@ -332,15 +332,7 @@ func TestContendedReleasesLeaveNothingBehind(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *fencelock.Lock, 1)
-		go func() {
-			l, err := w.Obtain(ctx, name)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
-		waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, dir)) == 2 })
+		got := obtainBehind(ctx, t, w, admin, dir, name)
 		if err := first.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -392,15 +384,7 @@ func TestNodeMadeBesideOthersHasItsCzxidAsToken(t *testing.T) {
 		return 0
 	}
 	w, _ := newClient(t)
-	got := make(chan *fencelock.Lock, 1)
-	go func() {
-		l, err := w.Obtain(ctx, name)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, dir)) == 2 })
+	got := obtainBehind(ctx, t, w, admin, dir, name)
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -81,15 +81,7 @@ func TestGrantAfterAShortWaitRestsOnTheCreate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *fencelock.Lock, 1)
-		go func() {
-			l, err := waiter.Obtain(ctx, name)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
-		waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, hb.Path(name))) == 2 })
+		got := obtainBehind(ctx, t, waiter, admin, hb.Path(name), name)
 		time.Sleep(wait)
 		syncs := ops.count(opSync)
 		released := time.Now()
