@@ -108,10 +108,11 @@
 // write, which the leader itself answers, or on a sync of the session's own connection (sent
 // with the read after a wait, one round trip), which a follower cut off from the leader cannot
 // pass on, and which fails once the leader has expired the session. A waiter that a read finds
-// first in line less than a quarter of the session timeout after it made its node rests its
-// grant on that create, a write, with its validity counted from the create: a node first in
-// line stays first until it goes, however stale the read, and its session lived at the leader
-// when the create was sent. A waiter that waited longer syncs.
+// first in line (or holding its permits) less than a quarter of the session timeout after it
+// made its node rests its grant on that create, a write, with its validity counted from the
+// create: a node first in line stays first until it goes, as a node whose permits fit keeps
+// them, however stale the read, and its session lived at the leader when the create was sent.
+// A waiter that waited longer syncs.
 //
 // What remains, reasoned out but not tested (zktest runs one server): a follower cut off right
 // after a confirmation loses what it heard from the session since the last ping, so the leader

@@ -49,9 +49,7 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 		case i < 0:
 			return fencelock.Grant{}, holding{}, fmt.Errorf("%w: the lock node %s vanished while in line: its session expired, or someone deleted it", fencelock.ErrUnavailable, n.path)
 		case i == 0 && made:
-			g, h, err := b.seize(ctx, start, k, n, n.sent, true)
-			g.Waited = woke && err == nil
-			return g, h, err
+			return b.seizeOnCreate(ctx, start, k, n, woke)
 		case i == 0 && synced != nil:
 			return b.seizeSynced(ctx, start, k, n, sent, synced)
 		case i == 0:
@@ -239,6 +237,14 @@ func (b *Backend) seizeSynced(ctx context.Context, start time.Time, k holder, n 
 	}
 	g, h, err := b.seize(ctx, start, k, n, sent, true)
 	g.Waited = err == nil // granted after a wait behind another node
+	return g, h, err
+}
+
+// seizeOnCreate is seize of n on the create that made it (see standsOnCreate); waited says a
+// wait in line came before.
+func (b *Backend) seizeOnCreate(ctx context.Context, start time.Time, k holder, n *node, waited bool) (fencelock.Grant, holding, error) {
+	g, h, err := b.seize(ctx, start, k, n, n.sent, true)
+	g.Waited = waited && err == nil
 	return g, h, err
 }
 

@@ -67,7 +67,8 @@ func (cc *countedConn) Write(p []byte) (int, error) {
 // A waiter granted a moment after it joined the line rests the grant on the create that made
 // its node, a write the leader answered, and sends no sync; one that waited more than a
 // quarter of the session timeout syncs, and its validity counts from the read after that sync,
-// not from the create. Before, every waiter synced on waking.
+// not from the create. So for a lock's waiter as for a permit's. Before, every waiter synced on
+// waking.
 func TestGrantAfterAShortWaitRestsOnTheCreate(t *testing.T) {
 	holder, hb := newClient(t)
 	admin := dial(t, server.Addr, nil)
@@ -75,36 +76,58 @@ func TestGrantAfterAShortWaitRestsOnTheCreate(t *testing.T) {
 	waiter := fencelock.New(newBackend(dial(t, server.Addr, ops.dial)), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
 	t.Cleanup(func() { _ = waiter.Close() })
 	ctx := ctxTimeout(t, 30*time.Second)
-	name := lockName(t)
-	for _, wait := range []time.Duration{0, sessionTimeout/4 + 200*time.Millisecond} {
-		first, err := holder.Obtain(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := obtainBehind(ctx, t, waiter, admin, hb.Path(name), name)
-		time.Sleep(wait)
-		syncs := ops.count(opSync)
-		released := time.Now()
-		if err := first.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		l := <-got
-		if l == nil {
-			t.FailNow()
-		}
-		syncs = ops.count(opSync) - syncs
-		switch {
-		case wait == 0 && syncs != 0:
-			t.Errorf("granted at once after joining the line: %d syncs, want none", syncs)
-		case wait > 0 && syncs == 0:
-			t.Errorf("granted %v after joining the line: no sync", wait)
-		case wait > 0 && !l.ValidUntil().After(released.Add(sessionTimeout*17/20)):
-			// Counted from the read, it is the session timeout less the Client's drift
-			// allowance (1% and 2ms) from after the release; from the create, 700ms less.
-			t.Errorf("granted %v after joining the line: valid for %v after the release, counted from before it", wait, l.ValidUntil().Sub(released))
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
+	kinds := []struct {
+		name string
+		take func(*fencelock.Client, string) (*fencelock.Lock, error)
+	}{
+		{"lock", func(c *fencelock.Client, name string) (*fencelock.Lock, error) { return c.Obtain(ctx, name) }},
+		{"permit", func(c *fencelock.Client, name string) (*fencelock.Lock, error) {
+			return c.Semaphore(name, 1).Acquire(ctx)
+		}},
+	}
+	for _, kind := range kinds {
+		name := lockName(t) + "-" + kind.name
+		for _, wait := range []time.Duration{0, sessionTimeout/4 + 200*time.Millisecond} {
+			first, err := kind.take(holder, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *fencelock.Lock, 1)
+			go func() {
+				l, err := kind.take(waiter, name)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			waitFor(t, 10*time.Second, "the waiter in line", func() bool {
+				children, _, err := admin.Children(hb.Path(name))
+				return err == nil && len(children) == 2
+			})
+			time.Sleep(wait)
+			syncs := ops.count(opSync)
+			released := time.Now()
+			if err := first.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l := <-got
+			if l == nil {
+				t.FailNow()
+			}
+			syncs = ops.count(opSync) - syncs
+			switch {
+			case wait == 0 && syncs != 0:
+				t.Errorf("%s granted at once after joining the line: %d syncs, want none", kind.name, syncs)
+			case wait > 0 && syncs == 0:
+				t.Errorf("%s granted %v after joining the line: no sync", kind.name, wait)
+			case wait > 0 && !l.ValidUntil().After(released.Add(sessionTimeout*17/20)):
+				// Counted from the read, it is the session timeout less the Client's drift
+				// allowance (1% and 2ms) from after the release; from the create, 700ms less.
+				t.Errorf("%s granted %v after joining the line: valid for %v after the release, counted from before it", kind.name, wait, l.ValidUntil().Sub(released))
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }

@@ -110,8 +110,9 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fenceloc
 			return b.leave(ctx, k, n, fmt.Errorf("fencelock/zk: left the line of semaphore %q: %w", req.Name, err))
 		}
 		sent := time.Now()
+		made := b.standsOnCreate(n) // see await: once n holds, it holds until it goes
 		var synced <-chan error
-		if woke {
+		if woke && !made {
 			synced = b.syncAsync(dir) // see await
 		}
 		q, changed, err := b.permitsW(ctx, dir, queued)
@@ -146,6 +147,8 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fenceloc
 		switch {
 		case err != nil:
 			return b.leave(ctx, k, n, err)
+		case fit && made:
+			return b.seizeOnCreate(ctx, start, k, n, woke)
 		case fit && synced != nil:
 			return b.seizeSynced(ctx, start, k, n, sent, synced)
 		case fit:
