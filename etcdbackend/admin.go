@@ -31,8 +31,8 @@ func (b *Backend) SemaphoreNames(ctx context.Context, prefix string) ([]string, 
 // namesUnder returns the names that start with prefix of the queues under root, whose keys are
 // root, the escaped name, "/" and an owner ID.
 func (b *Backend) namesUnder(ctx context.Context, root, prefix string) ([]string, error) {
-	if b.err != nil {
-		return nil, b.err
+	if err := b.open(); err != nil {
+		return nil, err
 	}
 	// PathEscape maps each character on its own, so the escaped prefix is a prefix of every
 	// escaped name that starts with prefix.

@@ -134,11 +134,16 @@ func (b *Backend) Guard(lock *fencelock.Lock) clientv3.Cmp {
 }
 
 func (b *Backend) usable(name string) error {
-	switch {
-	case b.err != nil:
-		return b.err
-	case name == "":
+	if name == "" && b.err == nil {
 		return fmt.Errorf("%w: empty lock name", fencelock.ErrInvalid)
+	}
+	return b.open()
+}
+
+// open says why the Backend can make no call at all: an unusable configuration, or Close.
+func (b *Backend) open() error {
+	if b.err != nil {
+		return b.err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -340,6 +340,24 @@ func TestListAndForceRelease(t *testing.T) {
 	}
 }
 
+// A closed Backend lists nothing and says why, as its every other call does. Before, Names
+// and SemaphoreNames went on reading etcd through the caller's client.
+func TestNamesAfterClose(t *testing.T) {
+	ctx := bounded(t, 10*time.Second)
+	b, _ := newBackend(t, etcd)
+	if _, err := b.Names(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for what, names := range map[string]func(context.Context, string) ([]string, error){"Names": b.Names, "SemaphoreNames": b.SemaphoreNames} {
+		if got, err := names(ctx, ""); !errors.Is(err, fencelock.ErrClosed) {
+			t.Errorf("%s after Close: %v, %v; want ErrClosed", what, got, err)
+		}
+	}
+}
+
 // A waiter whose own lease dies while it waits stops with an error instead of waiting forever.
 func TestWaiterLeaseDies(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
