@@ -131,7 +131,8 @@ var barEdges = func() []time.Duration {
 }()
 
 // bars regroups the fine buckets into barEdges rows, from the row of the minimum to the row of
-// the maximum.
+// the maximum. A bucket goes to the row of its middle, kept within the minimum and the maximum:
+// a bucket's middle may lie past an edge that none of its samples reach.
 func (h *latencyHist) bars() []histBar {
 	if h.n == 0 {
 		return nil
@@ -142,7 +143,7 @@ func (h *latencyHist) bars() []histBar {
 			continue
 		}
 		lo, hi := histBounds(i)
-		rows[barRow(time.Duration((lo+hi)/2))] += c
+		rows[barRow(min(max(time.Duration((lo+hi)/2), h.min), h.max))] += c
 	}
 	first, last := barRow(h.min), barRow(h.max)
 	var out []histBar
