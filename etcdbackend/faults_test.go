@@ -95,22 +95,21 @@ func (k faultyKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption
 }
 
 func (k faultyKV) Txn(ctx context.Context) clientv3.Txn {
-	return &faultyTxn{Txn: k.KV.Txn(ctx), ctx: ctx, f: k.f}
+	return &wrappedTxn{Txn: k.KV.Txn(ctx), commit: func(txn clientv3.Txn) (*clientv3.TxnResponse, error) {
+		return run(k.f, ctx, txn.Commit)
+	}}
 }
 
-type faultyTxn struct {
+// wrappedTxn is a real client's transaction whose Commit goes through commit.
+type wrappedTxn struct {
 	clientv3.Txn
-	ctx context.Context
-	f   *faults
+	commit func(clientv3.Txn) (*clientv3.TxnResponse, error)
 }
 
-func (t *faultyTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
-func (t *faultyTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
-func (t *faultyTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
-
-func (t *faultyTxn) Commit() (*clientv3.TxnResponse, error) {
-	return run(t.f, t.ctx, t.Txn.Commit)
-}
+func (t *wrappedTxn) If(cs ...clientv3.Cmp) clientv3.Txn     { t.Txn = t.Txn.If(cs...); return t }
+func (t *wrappedTxn) Then(ops ...clientv3.Op) clientv3.Txn   { t.Txn = t.Txn.Then(ops...); return t }
+func (t *wrappedTxn) Else(ops ...clientv3.Op) clientv3.Txn   { t.Txn = t.Txn.Else(ops...); return t }
+func (t *wrappedTxn) Commit() (*clientv3.TxnResponse, error) { return t.commit(t.Txn) }
 
 type faultyLease struct {
 	clientv3.Lease

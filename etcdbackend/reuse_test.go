@@ -165,24 +165,13 @@ type hookedKV struct {
 }
 
 func (k *hookedKV) Txn(ctx context.Context) clientv3.Txn {
-	return &hookedTxn{Txn: k.KV.Txn(ctx), k: k}
-}
-
-type hookedTxn struct {
-	clientv3.Txn
-	k *hookedKV
-}
-
-func (t *hookedTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
-func (t *hookedTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
-func (t *hookedTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
-
-func (t *hookedTxn) Commit() (*clientv3.TxnResponse, error) {
-	resp, err := t.Txn.Commit()
-	if int(t.k.count.Add(1)) == t.k.n {
-		t.k.after()
-	}
-	return resp, err
+	return &wrappedTxn{Txn: k.KV.Txn(ctx), commit: func(txn clientv3.Txn) (*clientv3.TxnResponse, error) {
+		resp, err := txn.Commit()
+		if int(k.count.Add(1)) == k.n {
+			k.after()
+		}
+		return resp, err
+	}}
 }
 
 // A waiter that read the key ahead of it, and watches it only once that key was deleted and
