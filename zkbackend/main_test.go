@@ -135,15 +135,23 @@ func line(t testing.TB, conn *zk.Conn, dir string) []string {
 // its second node; the channel then yields its lock, or nil when it failed (reported to t).
 func obtainBehind(ctx context.Context, t *testing.T, c *fencelock.Client, admin *zk.Conn, dir, name string) <-chan *fencelock.Lock {
 	t.Helper()
+	return takeBehind(t, func() (*fencelock.Lock, error) { return c.Obtain(ctx, name) },
+		func() bool { return len(line(t, admin, dir)) == 2 })
+}
+
+// takeBehind starts take, and returns once inLine says it waits; the channel then yields its
+// lock, or nil when it failed (reported to t).
+func takeBehind(t *testing.T, take func() (*fencelock.Lock, error), inLine func() bool) <-chan *fencelock.Lock {
+	t.Helper()
 	got := make(chan *fencelock.Lock, 1)
 	go func() {
-		l, err := c.Obtain(ctx, name)
+		l, err := take()
 		if err != nil {
 			t.Error(err)
 		}
 		got <- l
 	}()
-	waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, dir)) == 2 })
+	waitFor(t, 10*time.Second, "the waiter in line", inLine)
 	return got
 }
 

@@ -92,16 +92,8 @@ func TestGrantAfterAShortWaitRestsOnTheCreate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := make(chan *fencelock.Lock, 1)
-			go func() {
-				l, err := kind.take(waiter, name)
-				if err != nil {
-					t.Error(err)
-				}
-				got <- l
-			}()
-			waitFor(t, 10*time.Second, "the waiter in line", func() bool {
-				children, _, err := admin.Children(hb.Path(name))
+			got := takeBehind(t, func() (*fencelock.Lock, error) { return kind.take(waiter, name) }, func() bool {
+				children, _, err := admin.Children(hb.Path(name)) // lock or permit nodes
 				return err == nil && len(children) == 2
 			})
 			time.Sleep(wait)
