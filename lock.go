@@ -251,7 +251,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	clean, err := l.c.release(ctx, h.lease(), l.hold)
 	now := l.c.now()
 	l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: now.Sub(h.obtained), Err: err, Owner: h.owner, Context: ctx, Took: now.Sub(sent)})
-	if clean {
+	if clean && l.c.reuse {
 		// After the event: an observer sees this lock released before a next one under its
 		// owner is obtained.
 		l.c.spareOwner(h)
