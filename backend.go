@@ -136,7 +136,10 @@ type Request struct {
 	// Owner identifies the holder. Two requests with the same owner are the same holder: the
 	// second one re-enters the lock.
 	Owner string
-	// Hold identifies this acquisition among the owner's holds.
+	// Hold identifies this acquisition among the owner's holds. It is empty only for the
+	// first acquisition of an owner no one else uses (the Client's own owner IDs), which makes
+	// the owner's lock in the store: a backend may take a release of the empty hold with the
+	// token of that lock to be the release of the lock as that acquisition made it.
 	Hold string
 	TTL  time.Duration
 	// Meta is what the holder publishes about itself for operators (fencelock status), kept
@@ -186,6 +189,10 @@ type Lease struct {
 	Holds   int
 	// Limit is the Request's: positive for a permit of the semaphore Name.
 	Limit int
+	// NoMeta says the request that made the hold published no metadata (WithMetadata): a
+	// backend that keeps metadata apart from the lock need not delete any when this hold, if it
+	// made the lock, releases it. The zero value promises nothing.
+	NoMeta bool
 }
 
 // Grant is what a successful Acquire or AcquireQueued returns.

@@ -26,6 +26,7 @@ type hold struct {
 	name, owner string
 	limit       int // the semaphore's, for a permit; 0 for a lock
 	token       int64
+	noMeta      bool // its first grant's request published no metadata
 	watchdog    bool
 	onLost      func(string, error)
 	vctx        context.Context // the context of the Obtain that made the hold, for the observer
@@ -61,7 +62,7 @@ const (
 func (c *Client) newHold(h *hold, r *request, token int64, sent, deadline time.Time, validity time.Duration) {
 	s := &r.s
 	*h = hold{
-		c: c, name: r.name, owner: r.owner, limit: r.limit, token: token, watchdog: !s.noWatchdog, vctx: r.vctx,
+		c: c, name: r.name, owner: r.owner, limit: r.limit, token: token, noMeta: s.meta == "", watchdog: !s.noWatchdog, vctx: r.vctx,
 		onLost: s.onLost, obtained: sent, fixedEvery: s.renewEvery,
 		ttl: s.ttl, every: s.every, deadline: deadline, refs: 1, reusable: c.reuse && r.fresh,
 		// A lock handed over for a short claim is renewed well within it the first time, and
@@ -156,7 +157,7 @@ func (h *hold) setDeadline(d time.Time) {
 func (h *hold) lease() Lease {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return Lease{Name: h.name, Owner: h.owner, TTL: h.ttl, Token: h.token, Holds: h.refs, Limit: h.limit}
+	return Lease{Name: h.name, Owner: h.owner, TTL: h.ttl, Token: h.token, Holds: h.refs, Limit: h.limit, NoMeta: h.noMeta}
 }
 
 // claim makes ch the renewal in flight, if none is and the hold is live. The store sees one

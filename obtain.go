@@ -188,7 +188,7 @@ func (c *Client) attempt(ctx context.Context, r *request, queue Queue) (*Lock, e
 		r.held = true
 	}
 	if err != nil && mayHaveTaken(err) {
-		c.undo(Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token, Limit: r.limit}, hold)
+		c.undo(Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token, Limit: r.limit, NoMeta: r.s.meta == ""}, hold)
 		if r.fresh {
 			r.owner = newOwner()
 		}

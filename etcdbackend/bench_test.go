@@ -2,6 +2,8 @@ package etcdbackend_test
 
 import (
 	"context"
+	"os"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,6 +24,21 @@ var fsyncModes = []struct {
 	noFsync bool
 }{{"fsync", false}, {"no-fsync", true}}
 
+// benchCluster starts the benchmarks' etcd in a process of its own, as a deployed etcd runs
+// apart from its clients, so that the CPU and the allocations measured are the clients'.
+// FENCELOCK_ETCD_CPU pins it to those CPUs, away from the benchmark run under taskset on the
+// others.
+func benchCluster(b *testing.B, noFsync bool) *etcdtest.Cluster {
+	return etcdtest.Start(b, etcdtest.Options{NoFsync: noFsync, Process: true, CPU: os.Getenv("FENCELOCK_ETCD_CPU")})
+}
+
+// allocs is how many heap objects this process has allocated so far.
+func allocs() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/tiny/allocs:objects"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64() + s[1].Value.Uint64()
+}
+
 func p50(d []time.Duration) time.Duration {
 	slices.Sort(d)
 	return d[len(d)/2]
@@ -30,12 +47,13 @@ func p50(d []time.Duration) time.Duration {
 // BenchmarkVersusMutex interleaves, in every iteration, one lock+unlock through fencelock and
 // one through etcd's own concurrency.Mutex on the same cluster, each first in every other
 // iteration (the second of a pair runs on a warmer cluster), and reports both medians and their
-// ratio.
+// ratio, and the heap objects each allocates per cycle (with whatever the client's background
+// goroutines allocate meanwhile: fencelock's watchdog, gRPC's transport).
 func BenchmarkVersusMutex(b *testing.B) {
 	for _, mode := range fsyncModes {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx := context.Background()
-			cluster := etcdtest.Start(b, etcdtest.Options{NoFsync: mode.noFsync})
+			cluster := benchCluster(b, mode.noFsync)
 			be, cli := newBackend(b, cluster)
 			locker := newLocker(b, be)
 			sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
@@ -44,9 +62,10 @@ func BenchmarkVersusMutex(b *testing.B) {
 			}
 			defer sess.Close()
 			mu := concurrency.NewMutex(sess, "/bench/mutex")
-			var ours, theirs []time.Duration
+			ours, theirs := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+			var ourAllocs, theirAllocs uint64
 			mutex := func() {
-				t0 := time.Now()
+				a0, t0 := allocs(), time.Now()
 				if err := mu.Lock(ctx); err != nil {
 					b.Fatal(err)
 				}
@@ -54,9 +73,10 @@ func BenchmarkVersusMutex(b *testing.B) {
 					b.Fatal(err)
 				}
 				theirs = append(theirs, time.Since(t0))
+				theirAllocs += allocs() - a0
 			}
 			fence := func() {
-				t0 := time.Now()
+				a0, t0 := allocs(), time.Now()
 				lock, err := locker.Obtain(ctx, "bench-ours", fencelock.WithTTL(10*time.Second))
 				if err != nil {
 					b.Fatal(err)
@@ -65,6 +85,7 @@ func BenchmarkVersusMutex(b *testing.B) {
 					b.Fatal(err)
 				}
 				ours = append(ours, time.Since(t0))
+				ourAllocs += allocs() - a0
 			}
 			for i := 0; b.Loop(); i++ {
 				if i%2 == 0 {
@@ -79,6 +100,8 @@ func BenchmarkVersusMutex(b *testing.B) {
 			b.ReportMetric(float64(o.Microseconds()), "fencelock-p50-µs")
 			b.ReportMetric(float64(m.Microseconds()), "mutex-p50-µs")
 			b.ReportMetric(float64(o)/float64(m), "ratio")
+			b.ReportMetric(float64(ourAllocs)/float64(len(ours)), "fencelock-allocs/cycle")
+			b.ReportMetric(float64(theirAllocs)/float64(len(theirs)), "mutex-allocs/cycle")
 		})
 	}
 }
@@ -89,7 +112,7 @@ func BenchmarkHandoff(b *testing.B) {
 	for _, mode := range fsyncModes {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx := context.Background()
-			cluster := etcdtest.Start(b, etcdtest.Options{NoFsync: mode.noFsync})
+			cluster := benchCluster(b, mode.noFsync)
 			b.Run("fencelock", func(b *testing.B) {
 				hb, _ := newBackend(b, cluster)
 				wb, _ := newBackend(b, cluster)
@@ -173,7 +196,7 @@ func BenchmarkContended(b *testing.B) {
 	for _, mode := range fsyncModes {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx := context.Background()
-			cluster := etcdtest.Start(b, etcdtest.Options{NoFsync: mode.noFsync})
+			cluster := benchCluster(b, mode.noFsync)
 			const workers = 8
 			lockers := make([]*fencelock.Client, workers)
 			for i := range lockers {

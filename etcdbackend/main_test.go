@@ -20,6 +20,7 @@ import (
 var etcd *etcdtest.Cluster
 
 func TestMain(m *testing.M) {
+	etcdtest.ServeIfAsked() // the benchmarks' etcd runs in a copy of this binary
 	var err error
 	etcd, err = etcdtest.New(etcdtest.Options{})
 	if err != nil {

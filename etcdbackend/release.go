@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
@@ -33,28 +34,44 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold string, rev int64) (int, error) {
 	p := b.place(lease.Name, lease.Owner, lease.Limit)
 	key := p.key
-	deleteKey := []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(p.meta)}
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", p.value(holds{hold}))}
-	if rev != 0 {
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", rev))
+	deleteKey := []clientv3.Op{clientv3.OpDelete(key)}
+	if hold != "" || !lease.NoMeta {
+		deleteKey = append(deleteKey, clientv3.OpDelete(p.meta()))
+	} // else the fresh owner's first hold made the key, and published no metadata with it
+	var kv *mvccpb.KeyValue
+	var done bool
+	var err error
+	if hold == "" && rev != 0 && lease.Holds == 0 {
+		// The path every lock takes. The fresh owner's first hold made the key at rev (see
+		// fencelock.Request.Hold), and its caller has no other hold of it: a key no write
+		// changed since rev is that key with that hold alone. One compare, and no read of the
+		// key unless it changed — another holder under the same owner.
+		var resp *clientv3.TxnResponse
+		resp, err = b.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(deleteKey...).Commit()
+		if done = err == nil && resp.Succeeded; err == nil && !done {
+			kv, err = b.get(ctx, key)
+		}
+	} else {
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", p.value(holds{hold}))}
+		if rev != 0 {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", rev))
+		}
+		done, kv, err = b.write(ctx, key, cmps, deleteKey)
 	}
-	resp, err := b.c.Txn(ctx).If(cmps...).Then(deleteKey...).Else(clientv3.OpGet(key)).Commit()
 	for {
 		if err != nil {
 			return 0, classify(err)
 		}
-		if resp.Succeeded {
+		if done {
 			return 0, nil
 		}
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 || (rev != 0 && kvs[0].CreateRevision != rev) {
+		if kv == nil || (rev != 0 && kv.CreateRevision != rev) {
 			if lease.Limit > 0 {
 				return 0, fmt.Errorf("%w: no permit of semaphore %q is held by this owner in etcd", fencelock.ErrNotHeld, lease.Name)
 			}
 			return 0, fmt.Errorf("%w: %q is not held by this owner in etcd", fencelock.ErrNotHeld, lease.Name)
 		}
-		kv := kvs[0]
-		// Not err: the rewrite below must set the err that the top of the loop reads.
+		// Not err: the write below must set the err that the top of the loop reads.
 		h, derr := p.holds(kv.Value)
 		if derr != nil {
 			return 0, derr
@@ -67,14 +84,33 @@ func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold strin
 		if len(rest) > 0 {
 			ops = []clientv3.Op{clientv3.OpPut(key, p.value(rest), clientv3.WithIgnoreLease())}
 		}
-		resp, err = b.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
-				clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
-			Then(ops...).
-			Else(clientv3.OpGet(key)).
-			Commit()
-		if err == nil && resp.Succeeded {
+		done, kv, err = b.write(ctx, key, []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
+			clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision),
+		}, ops)
+		if err == nil && done {
 			return len(rest), nil
 		}
 	}
+}
+
+// write runs ops on key if cmps hold; if not, it returns the key as it is (nil if there is none).
+func (b *Backend) write(ctx context.Context, key string, cmps []clientv3.Cmp, ops []clientv3.Op) (bool, *mvccpb.KeyValue, error) {
+	resp, err := b.c.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()
+	if err != nil || resp.Succeeded {
+		return err == nil, nil, err
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return false, kvs[0], nil
+	}
+	return false, nil, nil
+}
+
+// get returns key as it is, nil if there is none.
+func (b *Backend) get(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
+	resp, err := b.c.Get(ctx, key)
+	if err != nil || len(resp.Kvs) == 0 {
+		return nil, err
+	}
+	return resp.Kvs[0], nil
 }

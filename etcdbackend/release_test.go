@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
 )
@@ -87,5 +89,76 @@ func waitCount(t *testing.T, observer *etcdbackend.Backend, name string, count i
 			t.Fatalf("%q: %+v after 10s, want %d holds", name, info, count)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A fresh lock that a second Client joined under its owner (WithOwner, through another
+// Backend): the first holder's release sees the key changed since it was made, and takes out
+// its own hold alone. The second holder keeps the lock; no third owner gets it until that one
+// releases too.
+func TestReleaseOfAFreshLockAnotherClientJoined(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	ba, cli := newBackend(t, etcd)
+	bb, _ := newBackend(t, etcd)
+	bc, _ := newBackend(t, etcd)
+	const name = "release-fresh-joined"
+	la, err := newLocker(t, ba).Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := newLocker(t, bb).Obtain(ctx, name, fencelock.WithOwner(la.Owner()))
+	if err != nil || lb.Token() != la.Token() {
+		t.Fatalf("joining the fresh lock: token %d (want %d), %v", lb.Token(), la.Token(), err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatalf("the first holder's release: %v", err)
+	}
+	resp, err := cli.Get(ctx, ba.Key(name, la.Owner()))
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != la.Token() {
+		t.Fatalf("after the first of two holds was released, etcd has %v (%v), want the key made at %d", resp.Kvs, err, la.Token())
+	}
+	third := newLocker(t, bc)
+	if l, err := third.TryObtain(ctx, name); !errors.Is(err, fencelock.ErrNotObtained) {
+		t.Fatalf("a third owner while the joined hold is held: %v, %v", l, err)
+	}
+	if err := lb.Valid(); err != nil {
+		t.Fatalf("the joined hold after the first holder released: %v", err)
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatalf("the joined hold's release: %v", err)
+	}
+	l, err := third.TryObtain(ctx, name)
+	if err != nil || l.Token() <= la.Token() {
+		t.Fatalf("a third owner once both released: %v, %v", l, err)
+	}
+}
+
+// The metadata a lock was obtained with goes with its release; a lock obtained without any
+// leaves no key of it behind either.
+func TestReleaseDeletesMetadata(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	b, cli := newBackend(t, etcd)
+	c := newLocker(t, b)
+	const name = "release-metadata"
+	for _, meta := range []string{"host-a pid 7", ""} {
+		var opts []fencelock.Option
+		if meta != "" {
+			opts = append(opts, fencelock.WithMetadata(meta))
+		}
+		l, err := c.Obtain(ctx, name, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.Inspect(ctx, name)
+		if err != nil || info.Meta != meta {
+			t.Fatalf("metadata of the held lock: %q, %v, want %q", info.Meta, err, meta)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cli.Get(ctx, "/fencelock/!meta/"+name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 0 {
+			t.Fatalf("after the release of a lock with metadata %q: %d metadata keys (%v)", meta, resp.Count, err)
+		}
 	}
 }

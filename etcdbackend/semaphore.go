@@ -29,15 +29,26 @@ var _ fencelock.Semaphores = (*Backend)(nil)
 
 // place is where an owner's hold of a lock, or of a permit, is kept.
 type place struct {
-	key, meta string
-	limit     int // the semaphore's; 0 for a lock
+	key   string
+	limit int // the semaphore's; 0 for a lock
+
+	b           *Backend
+	name, owner string
 }
 
 func (b *Backend) place(name, owner string, limit int) place {
 	if limit > 0 {
-		return place{key: b.PermitKey(name, owner), meta: b.prefix + "!semmeta/" + url.PathEscape(name) + "/" + owner, limit: limit}
+		return place{key: b.PermitKey(name, owner), limit: limit, b: b, name: name, owner: owner}
 	}
-	return place{key: b.Key(name, owner), meta: b.metaKey(name, owner)}
+	return place{key: b.Key(name, owner), b: b, name: name, owner: owner}
+}
+
+// meta is the key of the metadata the owner published with its hold, if it did.
+func (p place) meta() string {
+	if p.limit > 0 {
+		return p.b.prefix + "!semmeta/" + url.PathEscape(p.name) + "/" + p.owner
+	}
+	return p.b.metaKey(p.name, p.owner)
 }
 
 // PermitKey returns the key that owner's permit of the semaphore name, or its place in the
@@ -90,7 +101,7 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 	first := clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	then := []clientv3.Op{clientv3.OpPut(p.key, p.value(holds{entry(req.Hold, req.Weight)}), clientv3.WithLease(s.id)), first}
 	if req.Meta != "" {
-		then = append(then, clientv3.OpPut(p.meta, req.Meta, clientv3.WithLease(s.id)))
+		then = append(then, clientv3.OpPut(p.meta(), req.Meta, clientv3.WithLease(s.id)))
 	}
 	sent := time.Now()
 	resp, err := b.c.Txn(ctx).

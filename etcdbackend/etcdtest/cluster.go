@@ -22,9 +22,10 @@ import (
 
 // Cluster is one or more etcd members started in this process.
 type Cluster struct {
-	Members   []*Member
+	Members   []*Member // none for a Process cluster
 	Endpoints []string
 	dir       string
+	proc      *process // the child that serves a Process cluster
 }
 
 // Member is one etcd member.
@@ -46,6 +47,14 @@ type Options struct {
 	// NoFsync turns fsync off (etcd's --unsafe-no-fsync), for benchmarks that want to show what
 	// the disk costs.
 	NoFsync bool
+	// Process runs the cluster's one member in a child process, as a deployed etcd runs apart
+	// from its clients, so that a benchmark's figures (its allocations, its CPU) are the
+	// client's alone. The test binary's TestMain must call ServeIfAsked first. The member
+	// cannot be killed or restarted: the cluster has no Members.
+	Process bool
+	// CPU, for a Process cluster, pins every thread of the child to these CPUs (taskset's
+	// list, such as "0"), away from a benchmark run under taskset on the others.
+	CPU string
 }
 
 // Start starts a cluster and stops it when the test ends.
@@ -62,11 +71,21 @@ func Start(t testing.TB, opts Options) *Cluster {
 // New starts a cluster; the caller must Close it.
 func New(opts Options) (*Cluster, error) {
 	n := max(opts.Members, 1)
+	if opts.Process && n > 1 {
+		return nil, errors.New("etcdtest: a Process cluster has one member")
+	}
 	dir, err := os.MkdirTemp("", "fencelock-etcd-")
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{dir: dir}
+	if opts.Process {
+		if err := startProcess(c, opts); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		return c, nil
+	}
 	type ports struct{ client, peer *url.URL }
 	var all []ports
 	var initial []string
@@ -84,22 +103,7 @@ func New(opts Options) (*Cluster, error) {
 	}
 	cfgs := make([]*embed.Config, n)
 	for i, p := range all {
-		cfg := embed.NewConfig()
-		cfg.Name = fmt.Sprintf("m%d", i)
-		cfg.Dir = fmt.Sprintf("%s/m%d", dir, i)
-		cfg.ListenClientUrls = []url.URL{*p.client}
-		cfg.AdvertiseClientUrls = []url.URL{*p.client}
-		cfg.ListenPeerUrls = []url.URL{*p.peer}
-		cfg.AdvertisePeerUrls = []url.URL{*p.peer}
-		cfg.InitialCluster = strings.Join(initial, ",")
-		cfg.InitialClusterToken = "fencelock-test"
-		cfg.UnsafeNoFsync = opts.NoFsync
-		cfg.LogLevel = "error"
-		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-		// Fast elections, so that a test that kills the leader waits a second, not ten.
-		cfg.TickMs = 50
-		cfg.ElectionMs = 500
-		cfgs[i] = cfg
+		cfgs[i] = memberConfig(fmt.Sprintf("m%d", i), fmt.Sprintf("%s/m%d", dir, i), p.client, p.peer, strings.Join(initial, ","), opts.NoFsync)
 	}
 	// Members of a new cluster wait for each other, so they start together.
 	type started struct {
@@ -249,6 +253,9 @@ func (m *Member) stop() {
 
 // Close stops every member and removes the data.
 func (c *Cluster) Close() {
+	if c.proc != nil {
+		c.proc.stop()
+	}
 	for _, m := range c.Members {
 		if m != nil {
 			m.stop()

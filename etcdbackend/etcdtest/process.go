@@ -1,0 +1,175 @@
+package etcdtest
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// childEnv carries a child's member settings (a childMember as JSON) from the test process that
+// starts it to the copy of itself it runs.
+const childEnv = "FENCELOCK_ETCDTEST_MEMBER"
+
+type childMember struct {
+	Dir, Client, Peer string
+	NoFsync           bool
+}
+
+// ServeIfAsked runs an etcd member and exits, when this process is the child that a Process
+// cluster started: a test binary whose tests start Process clusters calls it first thing in its
+// TestMain. It returns at once in every other process.
+//
+// The member serves until its standard input closes, which happens when the parent closes the
+// cluster or exits in any way, so that no child outlives its test.
+func ServeIfAsked() {
+	spec := os.Getenv(childEnv)
+	if spec == "" {
+		return
+	}
+	if err := serve(spec); err != nil {
+		fmt.Fprintln(os.Stderr, "etcdtest child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func serve(spec string) error {
+	var m childMember
+	if err := json.Unmarshal([]byte(spec), &m); err != nil {
+		return err
+	}
+	cu, err := url.Parse(m.Client)
+	if err != nil {
+		return err
+	}
+	pu, err := url.Parse(m.Peer)
+	if err != nil {
+		return err
+	}
+	cfg := memberConfig("m0", m.Dir, cu, pu, "m0="+pu.String(), m.NoFsync)
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		return errors.New("not ready after 30s")
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return nil
+}
+
+// process is a member running in a child process.
+type process struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+// startProcess starts a one-member cluster in a child process: this test binary run again,
+// whose TestMain hands it to ServeIfAsked.
+func startProcess(c *Cluster, opts Options) error {
+	cu, err := freeURL()
+	if err != nil {
+		return err
+	}
+	pu, err := freeURL()
+	if err != nil {
+		return err
+	}
+	spec, err := json.Marshal(childMember{Dir: c.dir + "/m0", Client: cu.String(), Peer: pu.String(), NoFsync: opts.NoFsync})
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the etcd child: %w", err)
+	}
+	c.proc = &process{cmd: cmd, stdin: stdin}
+	ready := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err == nil && strings.TrimSpace(line) != "ready" {
+			err = fmt.Errorf("the etcd child said %q", line)
+		}
+		ready <- err
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case err = <-ready:
+	case <-time.After(40 * time.Second):
+		err = errors.New("the etcd child is not ready after 40s")
+	}
+	if err != nil {
+		c.proc.stop()
+		return fmt.Errorf("etcdtest: %w", err)
+	}
+	if opts.CPU != "" {
+		if out, err := exec.Command("taskset", "-a", "-p", "-c", opts.CPU, strconv.Itoa(cmd.Process.Pid)).CombinedOutput(); err != nil {
+			c.proc.stop()
+			return fmt.Errorf("etcdtest: pinning the etcd child to CPU %s: %v: %s", opts.CPU, err, out)
+		}
+	}
+	c.Endpoints = []string{cu.String()}
+	return nil
+}
+
+// stop ends the child: its standard input closes, and it is killed if it has not exited 10s
+// later.
+func (p *process) stop() {
+	_ = p.stdin.Close()
+	done := make(chan struct{})
+	go func() {
+		_ = p.cmd.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// memberConfig is the configuration of member name of a cluster whose members are initial.
+func memberConfig(name, dir string, client, peer *url.URL, initial string, noFsync bool) *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = name
+	cfg.Dir = dir
+	cfg.ListenClientUrls = []url.URL{*client}
+	cfg.AdvertiseClientUrls = []url.URL{*client}
+	cfg.ListenPeerUrls = []url.URL{*peer}
+	cfg.AdvertisePeerUrls = []url.URL{*peer}
+	cfg.InitialCluster = initial
+	cfg.InitialClusterToken = "fencelock-test"
+	cfg.UnsafeNoFsync = noFsync
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	// Fast elections, so that a test that kills the leader waits a second, not ten.
+	cfg.TickMs = 50
+	cfg.ElectionMs = 500
+	return cfg
+}
