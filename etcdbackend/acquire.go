@@ -75,11 +75,23 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 		// and every attempt in between would be told the lock is held when no one holds it.
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix())
 	}
-	resp, err := b.c.Txn(ctx).
-		If(cmps...).
-		Then(then...).
-		Else(clientv3.OpGet(key), first).
-		Commit()
+	txn := b.c.Txn(ctx).If(cmps...).Then(then...)
+	// A fresh owner's first hold waiting in line finds no key of its owner (see
+	// fencelock.Request.Hold) but for a rare exception, read below: its transaction does
+	// without the Else branch.
+	fresh := queue && req.Hold == ""
+	if !fresh {
+		txn = txn.Else(clientv3.OpGet(key), first)
+	}
+	resp, err := txn.Commit()
+	if err == nil && fresh && !resp.Succeeded {
+		// The owner has a key: another Client's under the same owner, or this one's,
+		// made by an attempt whose reply was lost. Read what the Else branch would have.
+		resp, err = b.c.Txn(ctx).Then(clientv3.OpGet(key), first).Commit()
+		if err == nil {
+			resp.Succeeded = false
+		}
+	}
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return fencelock.Grant{}, err // refused: the put was not made

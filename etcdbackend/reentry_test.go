@@ -109,3 +109,44 @@ func TestReentryThroughAnotherBackend(t *testing.T) {
 		}
 	}
 }
+
+// A fresh owner's first hold in line sends no Else branch, expecting no key of its owner;
+// when one is there, it reads it and goes on as the Else branch would have: the retry of an
+// acquisition whose reply was lost takes its hold back, and a key another hold of the owner
+// made is joined.
+func TestFreshHoldFindsItsOwnersKey(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	b, _ := newBackend(t, etcd)
+	const name = "fresh-hold-finds-key"
+	req := fencelock.Request{Name: name, Owner: "retried-owner", TTL: 5 * time.Second}
+	first, err := b.AcquireQueued(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.AcquireQueued(ctx, req)
+	if err != nil || again.Token != first.Token || again.Count != 1 {
+		t.Fatalf("the retry of a fresh hold: token %d (want %d), count %d (want 1), %v", again.Token, first.Token, again.Count, err)
+	}
+	if _, err := b.Release(ctx, fencelock.Lease{Name: name, Owner: req.Owner, Token: first.Token}, ""); err != nil {
+		t.Fatal(err)
+	}
+
+	other := fencelock.Request{Name: name, Owner: "joined-owner", Hold: "h1", TTL: 5 * time.Second}
+	made, err := b.AcquireQueued(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Hold = ""
+	joined, err := b.AcquireQueued(ctx, other)
+	if err != nil || joined.Token != made.Token || joined.Count != 2 {
+		t.Fatalf("a fresh hold on its owner's key: token %d (want %d), count %d (want 2), %v", joined.Token, made.Token, joined.Count, err)
+	}
+	for _, hold := range []string{"", "h1"} {
+		if _, err := b.Release(ctx, fencelock.Lease{Name: name, Owner: other.Owner, Token: made.Token}, hold); err != nil {
+			t.Fatalf("releasing hold %q: %v", hold, err)
+		}
+	}
+	if info, err := b.Inspect(ctx, name); err != nil || info.Held {
+		t.Fatalf("after both holds were released: %+v, %v", info, err)
+	}
+}
