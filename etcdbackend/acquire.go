@@ -230,7 +230,12 @@ func leaseOf(req fencelock.Request) fencelock.Lease {
 }
 
 // waitTurn waits until no key of the queue was created before the waiter's, watching only the
-// key just before it. It returns when the read that found no predecessor was sent.
+// key just before it. It returns when the read that found no predecessor was sent, or when the
+// deletion of the only key ahead was heard: no key made after the waiter's can stand before
+// it, so that deletion makes it first, and the read that would confirm it is a round trip on
+// the path of every owner change saved. (Whether its own key is still there the read would
+// not settle either: a key deleted just after it is as gone. The key lives as long as its
+// lease, which the grant's validity is bounded by.)
 // ended closes when the lease of the waiter's key is known to be gone.
 func (b *Backend) waitTurn(ctx context.Context, ended <-chan struct{}, pfx, key string, rev int64) (time.Time, error) {
 	for {
@@ -245,19 +250,27 @@ func (b *Backend) waitTurn(ctx context.Context, ended <-chan struct{}, pfx, key 
 		if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
 			return sent, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
 		}
-		preds := resp.Responses[0].GetResponseRange().Kvs
-		if len(preds) == 0 {
+		ahead := resp.Responses[0].GetResponseRange()
+		if len(ahead.Kvs) == 0 {
 			return sent, nil
 		}
-		if err := b.waitDelete(ctx, ended, preds[0], resp.Header.Revision); err != nil {
+		heard, err := b.waitDelete(ctx, ended, ahead.Kvs[0], resp.Header.Revision)
+		if err != nil {
 			return sent, err
+		}
+		if !heard.IsZero() && !ahead.More {
+			return heard, nil
 		}
 	}
 }
 
-// waitDelete waits until pred, a key that existed at revision seen, is deleted. A key of the
-// same name made since is another: an owner whose lock was released may be given to the next
-// acquisition (see ReusesOwners), and its new key stands behind the waiter.
+// waitDelete waits until pred, a key that existed at revision seen, is deleted, and returns
+// when it heard of the deletion from the watch; zero when it learned of it otherwise, or the
+// watch broke (the caller reads again either way). A key of the same name made since is
+// another: an owner whose lock was released may be given to the next acquisition (see
+// ReusesOwners), and its new key stands behind the waiter. The first deletion the watch
+// reports is pred's: the watch was made at a revision where pred, that incarnation, was there,
+// or the read after its creation returned.
 //
 // The watch starts at the current revision, never at an older one: etcd serves a watch that
 // starts in the past from a catch-up loop that runs every 100 ms, and hands it no new event
@@ -265,7 +278,7 @@ func (b *Backend) waitTurn(ctx context.Context, ended <-chan struct{}, pfx, key 
 // a release. Starting at seen+1 is not enough on a busy cluster, where other writes move the
 // revision on between the read and the watch. A deletion between the read and the watch's
 // creation is caught by reading the key again once the watch exists.
-func (b *Backend) waitDelete(ctx context.Context, ended <-chan struct{}, pred *mvccpb.KeyValue, seen int64) error {
+func (b *Backend) waitDelete(ctx context.Context, ended <-chan struct{}, pred *mvccpb.KeyValue, seen int64) (time.Time, error) {
 	key := string(pred.Key)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -274,26 +287,26 @@ func (b *Backend) waitDelete(ctx context.Context, ended <-chan struct{}, pred *m
 		select {
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
-				return nil // the watch broke: the caller reads again
+				return time.Time{}, nil // the watch broke: the caller reads again
 			}
 			if wr.Created && wr.Header.Revision > seen {
 				resp, err := b.c.Get(ctx, key, clientv3.WithKeysOnly())
 				if err != nil {
-					return classify(err)
+					return time.Time{}, classify(err)
 				}
 				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != pred.CreateRevision {
-					return nil
+					return time.Time{}, nil
 				}
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
-					return nil
+					return time.Now(), nil
 				}
 			}
 		case <-ended:
-			return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+			return time.Time{}, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
 		case <-ctx.Done():
-			return ctx.Err()
+			return time.Time{}, ctx.Err()
 		}
 	}
 }

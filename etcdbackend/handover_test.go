@@ -1,0 +1,117 @@
+package etcdbackend_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/etcdbackend"
+)
+
+// countedBackend is a Backend on a client of its own whose transactions are counted.
+func countedBackend(t *testing.T) (*etcdbackend.Backend, *hookedKV) {
+	cli := etcd.Client(t)
+	kv := &hookedKV{KV: cli.KV, n: -1}
+	cli.KV = kv
+	b := etcdbackend.New(cli)
+	t.Cleanup(func() { _ = b.Close() })
+	return b, kv
+}
+
+// A waiter with one key ahead of it is granted on the deletion of that key, which its watch
+// reports, with no read after it: no key made later can stand before it. Before, it read the
+// queue again, a round trip more in every owner change.
+func TestWaiterWithOneAheadIsGrantedOnTheDeletion(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	hb, cli := newBackend(t, etcd)
+	wb, kv := countedBackend(t)
+	const name = "granted-on-deletion"
+	holder, err := newLocker(t, hb).Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := newLocker(t, wb).Obtain(ctx, name)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitKeys(t, cli, hb, name, 2)
+	time.Sleep(100 * time.Millisecond) // its read of the key ahead is answered, its watch made
+	before := kv.count.Load()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	if n := kv.count.Load() - before; n != 0 {
+		t.Errorf("the waiter made %d transactions between the release and its grant, want none", n)
+	}
+	if l.Token() <= holder.Token() {
+		t.Errorf("the waiter's token %d is not above the holder's %d", l.Token(), holder.Token())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A waiter with two keys ahead does not take the deletion of the one just ahead for its turn:
+// when that waiter leaves the line, the holder still holds, and the one behind waits on.
+func TestWaiterBehindALeavingWaiterWaitsForTheHolder(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	hb, cli := newBackend(t, etcd)
+	b1, _ := newBackend(t, etcd)
+	b2, _ := newBackend(t, etcd)
+	const name = "behind-a-leaver"
+	holder, err := newLocker(t, hb).Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaving, leave := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() {
+		_, err := newLocker(t, b1).Obtain(leaving, name)
+		left <- err
+	}()
+	waitKeys(t, cli, hb, name, 2)
+	got := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := newLocker(t, b2).Obtain(ctx, name)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitKeys(t, cli, hb, name, 3)
+	time.Sleep(100 * time.Millisecond) // the last waiter watches the one ahead of it
+	leave()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiter that left: %v", err)
+	}
+	waitKeys(t, cli, hb, name, 2)
+	select {
+	case l := <-got:
+		t.Fatalf("granted token %d while the holder (token %d) held: it took the leaving waiter's deletion for its turn", l.Token(), holder.Token())
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := holder.Valid(); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	if l.Token() <= holder.Token() {
+		t.Errorf("the waiter's token %d is not above the holder's %d", l.Token(), holder.Token())
+	}
+	_ = l.Release(ctx)
+}
