@@ -4,7 +4,9 @@
 // A lock named N is a queue of keys under <prefix><N>/, one key per owner waiting for or
 // holding the lock, each attached to a lease. The owner whose key has the smallest create
 // revision holds the lock; every other waits for the deletion of the key just before its own,
-// watching only that key (no thundering herd, first come first served). The name is
+// watching only that key (no thundering herd, first come first served). A waiter that had
+// only that key ahead holds the lock on hearing of its deletion, with no read after it: a
+// hand-over costs the release and the watch event. The name is
 // path-escaped, so that a lock "a" never sees the keys of a lock "a/1". What a holder
 // publishes with WithMetadata is kept beside the queue, at <prefix>!meta/<N>/<owner>, on the
 // same lease: "!" is escaped in every name, so no lock's queue covers these keys, whether or
@@ -41,7 +43,11 @@
 // transactions that compare the key's create and mod revisions, so a retried release never
 // decrements twice and a stale release never deletes a newer holder's key. A release that
 // carries its lock's token (the Client's do) compares the key's create revision as well, so a
-// late release of an owner's earlier lock never ends the owner's later one. A reentrant
+// late release of an owner's earlier lock never ends the owner's later one. The release every
+// lock makes — the only hold of a Client's own owner, the one that made the key — compares the
+// key's mod revision alone: a key not written since it was made is that hold's, alone; one
+// written since (another Client joined under the owner) is read and rewritten as above. It
+// deletes the metadata key only when that hold published metadata. A reentrant
 // acquisition adds its hold to the key and leaves the key on its lease: re-entering a lock
 // with a longer TTL does not make it live longer.
 //
