@@ -85,11 +85,17 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 		case !queued:
 			return b.leave(ctx, k, n, &fencelock.HeldError{Name: req.Name})
 		}
-		if err := b.waitTurn(ctx, req.Name, dir+"/"+q[i-1].name, head.watch); err != nil {
-			if errors.Is(err, errSessionGone) {
-				return fencelock.Grant{}, holding{}, err // n went with the session
-			}
+		deleted, err := b.waitTurn(ctx, req.Name, dir+"/"+q[i-1].name, head.watch)
+		switch {
+		case errors.Is(err, errSessionGone):
+			return fencelock.Grant{}, holding{}, err // n went with the session
+		case err != nil:
 			return b.leave(ctx, k, n, err)
+		case deleted && i == 1 && b.standsOnCreate(n):
+			// The only node ahead is gone, and none made since stands before n: n is first,
+			// with no read to say so — a round trip off every owner change.
+			n.crowded = len(q) > 2
+			return b.seizeOnCreate(ctx, start, k, n, true)
 		}
 	}
 }
@@ -152,15 +158,15 @@ func (b *Backend) ahead(ctx context.Context, dir string, q []entry, i int, req f
 var errSessionGone = errors.New("fencelock/zk: the session ended while waiting")
 
 // waitTurn waits for the node just ahead of a waiter to change, with watch when the caller has
-// one on it.
-func (b *Backend) waitTurn(ctx context.Context, name, ahead string, watch <-chan zk.Event) error {
+// one on it. It reports whether the watch told of that node's deletion.
+func (b *Backend) waitTurn(ctx context.Context, name, ahead string, watch <-chan zk.Event) (bool, error) {
 	if watch == nil {
 		_, _, w, err := b.getW(ctx, ahead)
 		switch {
 		case err == zk.ErrNoNode:
-			return nil // left meanwhile: look again
+			return false, nil // left meanwhile: look again
 		case err != nil:
-			return classify(err)
+			return false, classify(err)
 		}
 		watch = w
 	}
@@ -169,13 +175,13 @@ func (b *Backend) waitTurn(ctx context.Context, name, ahead string, watch <-chan
 		if ev.Err != nil {
 			// go-zookeeper ends watches when the session expires or the connection is
 			// closed for good; the waiter's node went with the session.
-			return fmt.Errorf("%w: waiting for %q: %w: %w", fencelock.ErrUnavailable, name, errSessionGone, ev.Err)
+			return false, fmt.Errorf("%w: waiting for %q: %w: %w", fencelock.ErrUnavailable, name, errSessionGone, ev.Err)
 		}
-		return nil
+		return ev.Type == zk.EventNodeDeleted, nil
 	case <-ctx.Done():
 		// The watch stays registered until the node ahead changes: go-zookeeper cannot
 		// remove it. It costs a map entry and a buffered channel, no goroutine.
-		return fmt.Errorf("fencelock/zk: left the queue of %q: %w", name, ctx.Err())
+		return false, fmt.Errorf("fencelock/zk: left the queue of %q: %w", name, ctx.Err())
 	}
 }
 

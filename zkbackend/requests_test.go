@@ -10,8 +10,11 @@ import (
 	"github.com/fencelock/fencelock"
 )
 
-// opSync is ZooKeeper's opcode of a sync request.
-const opSync = 9
+// ZooKeeper's opcodes of a sync request and of a ping.
+const (
+	opSync = 9
+	opPing = 11
+)
 
 // opCounter counts the requests a client sends, by opcode, read off the wire: each packet is
 // a 4-byte length and a body; the first of a connection is the session's connect request, and
@@ -33,6 +36,19 @@ func (c *opCounter) count(op int32) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.ops[op]
+}
+
+// total is the count of every request but pings, which go-zookeeper sends on its own.
+func (c *opCounter) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for op, k := range c.ops {
+		if op != opPing {
+			n += k
+		}
+	}
+	return n
 }
 
 type countedConn struct {
