@@ -30,7 +30,11 @@
 //
 // Obtain waits in line (fencelock.Queue): each waiter watches only the node just ahead of it,
 // so a release wakes one waiter, and the lock passes first come, first served. A waiter whose
-// context ends deletes its node and leaves the line.
+// context ends deletes its node and leaves the line. A waiter that had only the holder ahead
+// of it holds the lock on the watch event of the holder's deletion, with no read after it
+// (no node made later stands before it): a hand-over costs the release and the event, when
+// the grant can rest on the waiter's create (see Ensembles); a waiter further back, or one
+// that waited longer, reads the line again.
 //
 // The GUID in each node's name is Curator's protection mode: when the connection drops before
 // the reply to a create arrives, the backend looks for its node by GUID after reconnecting

@@ -112,7 +112,10 @@ func startProcess(c *Cluster, opts Options) error {
 	ready := make(chan error, 1)
 	go func() {
 		line, err := bufio.NewReader(stdout).ReadString('\n')
-		if err == nil && strings.TrimSpace(line) != "ready" {
+		switch {
+		case err == io.EOF:
+			err = errors.New("the etcd child exited without serving (does the test binary's TestMain call etcdtest.ServeIfAsked?)")
+		case err == nil && strings.TrimSpace(line) != "ready":
 			err = fmt.Errorf("the etcd child said %q", line)
 		}
 		ready <- err
