@@ -75,23 +75,7 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 		// and every attempt in between would be told the lock is held when no one holds it.
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix())
 	}
-	txn := b.c.Txn(ctx).If(cmps...).Then(then...)
-	// A fresh owner's first hold waiting in line finds no key of its owner (see
-	// fencelock.Request.Hold) but for a rare exception, read below: its transaction does
-	// without the Else branch.
-	fresh := queue && req.Hold == ""
-	if !fresh {
-		txn = txn.Else(clientv3.OpGet(key), first)
-	}
-	resp, err := txn.Commit()
-	if err == nil && fresh && !resp.Succeeded {
-		// The owner has a key: another Client's under the same owner, or this one's,
-		// made by an attempt whose reply was lost. Read what the Else branch would have.
-		resp, err = b.c.Txn(ctx).Then(clientv3.OpGet(key), first).Commit()
-		if err == nil {
-			resp.Succeeded = false
-		}
-	}
+	resp, err := b.join(ctx, key, first, cmps, then, queue && req.Hold == "")
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return fencelock.Grant{}, err // refused: the put was not made
@@ -139,6 +123,28 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 		return waited(b.reenter(ctx, req, b.place(req.Name, req.Owner, 0), mine[0], start, sent))
 	}
 	return b.reenter(ctx, req, b.place(req.Name, req.Owner, 0), mine[0], start, sent)
+}
+
+// join runs the transaction that makes the owner's key in the queue: if cmps hold, then; if
+// not, it reads the owner's key and the first of the queue (first). A fresh owner's first hold
+// waiting in line finds no key of its owner (see fencelock.Request.Hold) but for a rare
+// exception, read after the fact: its transaction does without the Else branch.
+func (b *Backend) join(ctx context.Context, key string, first clientv3.Op, cmps []clientv3.Cmp, then []clientv3.Op, fresh bool) (*clientv3.TxnResponse, error) {
+	txn := b.c.Txn(ctx).If(cmps...).Then(then...)
+	if !fresh {
+		txn = txn.Else(clientv3.OpGet(key), first)
+	}
+	resp, err := txn.Commit()
+	if err != nil || !fresh || resp.Succeeded {
+		return resp, err
+	}
+	// The owner has a key: another Client's under the same owner, or this one's, made by an
+	// attempt whose reply was lost. Read what the Else branch would have.
+	resp, err = b.c.Txn(ctx).Then(clientv3.OpGet(key), first).Commit()
+	if err == nil {
+		resp.Succeeded = false
+	}
+	return resp, err
 }
 
 // waited marks a grant that came after a wait in line.

@@ -18,9 +18,7 @@ const opGetChildren2 = 12
 func TestWaiterWithOneAheadIsGrantedOnTheDeletion(t *testing.T) {
 	holder, hb := newClient(t)
 	admin := dial(t, server.Addr, nil)
-	ops := &opCounter{}
-	waiter := fencelock.New(newBackend(dial(t, server.Addr, ops.dial)), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
-	t.Cleanup(func() { _ = waiter.Close() })
+	waiter, ops := countedClient(t)
 	ctx := ctxTimeout(t, 30*time.Second)
 	name := lockName(t)
 	first, err := holder.Obtain(ctx, name)

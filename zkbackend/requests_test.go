@@ -24,6 +24,14 @@ type opCounter struct {
 	ops map[int32]int
 }
 
+// countedClient is newClient's Client on a connection whose requests are counted.
+func countedClient(t testing.TB) (*fencelock.Client, *opCounter) {
+	ops := &opCounter{}
+	c := fencelock.New(newBackend(dial(t, server.Addr, ops.dial)), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
+	t.Cleanup(func() { _ = c.Close() })
+	return c, ops
+}
+
 func (c *opCounter) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
 	conn, err := net.DialTimeout(network, addr, timeout)
 	if err != nil {
@@ -88,9 +96,7 @@ func (cc *countedConn) Write(p []byte) (int, error) {
 func TestGrantAfterAShortWaitRestsOnTheCreate(t *testing.T) {
 	holder, hb := newClient(t)
 	admin := dial(t, server.Addr, nil)
-	ops := &opCounter{}
-	waiter := fencelock.New(newBackend(dial(t, server.Addr, ops.dial)), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
-	t.Cleanup(func() { _ = waiter.Close() })
+	waiter, ops := countedClient(t)
 	ctx := ctxTimeout(t, 30*time.Second)
 	kinds := []struct {
 		name string
