@@ -46,9 +46,14 @@ func (b *Backend) place(name, owner string, limit int) place {
 // meta is the key of the metadata the owner published with its hold, if it did.
 func (p place) meta() string {
 	if p.limit > 0 {
-		return p.b.prefix + "!semmeta/" + url.PathEscape(p.name) + "/" + p.owner
+		return p.b.semMetaPrefix(p.name) + p.owner
 	}
 	return p.b.metaKey(p.name, p.owner)
+}
+
+// semMetaPrefix is the prefix of the metadata keys of the semaphore name's permits.
+func (b *Backend) semMetaPrefix(name string) string {
+	return b.prefix + "!semmeta/" + url.PathEscape(name) + "/"
 }
 
 // PermitKey returns the key that owner's permit of the semaphore name, or its place in the
@@ -329,7 +334,7 @@ func (b *Backend) InspectSemaphore(ctx context.Context, name string) (fencelock.
 		return info, err
 	}
 	pfx := b.semPrefix(name)
-	metaPfx := b.prefix + "!semmeta/" + url.PathEscape(name) + "/"
+	metaPfx := b.semMetaPrefix(name)
 	resp, err := b.c.Txn(ctx).Then(
 		clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 		clientv3.OpGet(metaPfx, clientv3.WithPrefix()),

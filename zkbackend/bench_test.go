@@ -214,29 +214,21 @@ func BenchmarkContended(b *testing.B) {
 		t.elapsed += time.Since(start)
 	}
 	ctx := context.Background()
-	fencelockRound := func() {
-		run(&ours, func(w worker) (func() error, error) {
-			l, err := w.locker.Obtain(ctx, "bench-contended")
-			if err != nil {
-				return nil, err
-			}
-			return func() error { return l.Release(ctx) }, nil
-		})
-	}
-	zkRound := func() {
-		run(&theirs, func(w worker) (func() error, error) { return w.zl.Unlock, w.zl.Lock() })
-	}
-	// A round of each first, not counted: the server's JIT compiles its hot paths during the
-	// first seconds of load, and whichever ran first would pay for it.
-	var warm tally
-	run(&warm, func(w worker) (func() error, error) { return w.zl.Unlock, w.zl.Lock() })
-	run(&warm, func(w worker) (func() error, error) {
+	takeOurs := func(w worker) (func() error, error) {
 		l, err := w.locker.Obtain(ctx, "bench-contended")
 		if err != nil {
 			return nil, err
 		}
 		return func() error { return l.Release(ctx) }, nil
-	})
+	}
+	takeTheirs := func(w worker) (func() error, error) { return w.zl.Unlock, w.zl.Lock() }
+	fencelockRound := func() { run(&ours, takeOurs) }
+	zkRound := func() { run(&theirs, takeTheirs) }
+	// A round of each first, not counted: the server's JIT compiles its hot paths during the
+	// first seconds of load, and whichever ran first would pay for it.
+	var warm tally
+	run(&warm, takeTheirs)
+	run(&warm, takeOurs)
 	for i := 0; b.Loop(); i++ {
 		if i%2 == 0 {
 			fencelockRound()
