@@ -63,7 +63,9 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 	pfx := b.queuePrefix(req.Name)
 	key := pfx + req.Owner
 	sent := time.Now()
-	first := clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)
+	// The head of the queue, and with it, when the line is short, every key ahead of this one.
+	first := clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(watchAllUpTo+1))
 	then := []clientv3.Op{clientv3.OpPut(key, holds{req.Hold}.encode(), clientv3.WithLease(s.id)), first}
 	if req.Meta != "" {
 		then = append(then, clientv3.OpPut(b.metaKey(req.Name, req.Owner), req.Meta, clientv3.WithLease(s.id)))
@@ -94,7 +96,11 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 			return fencelock.Grant{}, held(req.Name)
 		}
 		req.StartWait()
-		sent, err := b.waitTurn(ctx, s.done, pfx, key, rev)
+		var known *line
+		if n := len(holderKVs); !resp.Responses[1].GetResponseRange().More && holderKVs[n-1].CreateRevision == rev {
+			known = &line{ahead: holderKVs[:n-1], seen: rev} // the whole queue: all but the last, its own
+		}
+		sent, err := b.waitTurn(ctx, s.done, pfx, key, rev, known)
 		if err != nil {
 			b.leave(ctx, req, rev)
 			return fencelock.Grant{}, err
@@ -117,7 +123,7 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 		}
 		ended := b.leaseEnded(clientv3.LeaseID(mine[0].Lease))
 		req.StartWait()
-		if sent, err = b.waitTurn(ctx, ended, pfx, key, mine[0].CreateRevision); err != nil {
+		if sent, err = b.waitTurn(ctx, ended, pfx, key, mine[0].CreateRevision, nil); err != nil {
 			return fencelock.Grant{}, err
 		}
 		return waited(b.reenter(ctx, req, b.place(req.Name, req.Owner, 0), mine[0], start, sent))
@@ -235,44 +241,123 @@ func leaseOf(req fencelock.Request) fencelock.Lease {
 	return fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}
 }
 
-// waitTurn waits until no key of the queue was created before the waiter's, watching only the
-// key just before it. It returns when the read that found no predecessor was sent, or when the
-// deletion of the only key ahead was heard: no key made after the waiter's can stand before
-// it, so that deletion makes it first, and the read that would confirm it is a round trip on
-// the path of every owner change saved. (Whether its own key is still there the read would
-// not settle either: a key deleted just after it is as gone. The key lives as long as its
-// lease, which the grant's validity is bounded by.)
-// ended closes when the lease of the waiter's key is known to be gone.
-func (b *Backend) waitTurn(ctx context.Context, ended <-chan struct{}, pfx, key string, rev int64) (time.Time, error) {
+// watchAllUpTo is how many keys ahead a waiter watches at once. A waiter with no more ahead
+// than that watches the queue and is granted on the last of their deletions, with no read in
+// between; one further back watches only the key just before it, so that each owner change
+// wakes a bounded number of waiters however long the line.
+var watchAllUpTo int64 = 16
+
+// line is what a read found of the queue before a waiter's key: the nearest keys ahead, up
+// to watchAllUpTo, whether there are more, and the revision it was read at.
+type line struct {
+	ahead []*mvccpb.KeyValue
+	more  bool
+	seen  int64
+}
+
+// waitTurn waits until no key of the queue was created before the waiter's, made at rev,
+// starting from known when the waiter's own transaction read the line already. It returns
+// when the read that found no key ahead was sent, or when the watch reported the deletion of
+// the last key ahead: no key made after the waiter's can stand before it, so the set of keys
+// ahead only shrinks, and the read that would confirm it is a round trip saved on the path of
+// every owner change. (Whether its own key is still there the read would not settle either: a
+// key deleted just after it is as gone. The key lives as long as its lease, which the grant's
+// validity is bounded by.) ended closes when that lease is known gone.
+func (b *Backend) waitTurn(ctx context.Context, ended <-chan struct{}, pfx, key string, rev int64, known *line) (time.Time, error) {
 	for {
 		sent := time.Now()
-		resp, err := b.c.Txn(ctx).Then(
-			clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...),
-			clientv3.OpGet(key, clientv3.WithKeysOnly()),
-		).Commit()
-		if err != nil {
-			return sent, classify(err)
+		l := known
+		if known = nil; l == nil {
+			var err error
+			if l, err = b.ahead(ctx, pfx, key, rev); err != nil || len(l.ahead) == 0 {
+				return sent, err
+			}
 		}
-		if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
-			return sent, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+		if l.more {
+			if err := b.waitDelete(ctx, ended, l.ahead[0], l.seen); err != nil {
+				return sent, err
+			}
+			continue
 		}
-		ahead := resp.Responses[0].GetResponseRange()
-		if len(ahead.Kvs) == 0 {
-			return sent, nil
-		}
-		heard, err := b.waitDelete(ctx, ended, ahead.Kvs[0], resp.Header.Revision)
-		if err != nil {
-			return sent, err
-		}
-		if !heard.IsZero() && !ahead.More {
-			return heard, nil
+		if heard, err := b.waitAll(ctx, ended, pfx, key, rev, l); err != nil || !heard.IsZero() {
+			return heard, err
 		}
 	}
 }
 
-// waitDelete waits until pred, a key that existed at revision seen, is deleted, and returns
-// when it heard of the deletion from the watch; zero when it learned of it otherwise, or the
-// watch broke (the caller reads again either way). A key of the same name made since is
+// ahead reads the line before the waiter's key, made at rev, the nearest key first, and
+// checks that the waiter's own key is still there.
+func (b *Backend) ahead(ctx context.Context, pfx, key string, rev int64) (*line, error) {
+	resp, err := b.c.Txn(ctx).Then(
+		clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev-1),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(watchAllUpTo)),
+		clientv3.OpGet(key, clientv3.WithKeysOnly()),
+	).Commit()
+	if err != nil {
+		return nil, classify(err)
+	}
+	if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
+		return nil, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+	}
+	r := resp.Responses[0].GetResponseRange()
+	return &line{ahead: r.Kvs, more: r.More, seen: resp.Header.Revision}, nil
+}
+
+// waitAll waits until every key ahead in l, the whole line before the waiter's key, is
+// deleted, and returns when the watch reported the last deletion, or when a read found none
+// left; zero when the watch broke (the caller reads again). The watch starts at the current
+// revision (see waitDelete): if that is past the line's, a read after the watch exists tells
+// what went meanwhile. The waiter's own key deleted (its lease expired) ends the wait.
+func (b *Backend) waitAll(ctx context.Context, ended <-chan struct{}, pfx, key string, rev int64, l *line) (time.Time, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := b.c.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	left := make(map[string]bool, len(l.ahead))
+	for _, kv := range l.ahead {
+		left[string(kv.Key)] = true
+	}
+	seen := l.seen
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				return time.Time{}, nil
+			}
+			if wr.Created && wr.Header.Revision > seen {
+				sent := time.Now()
+				now, err := b.ahead(ctx, pfx, key, rev)
+				if err != nil || len(now.ahead) == 0 {
+					return sent, err
+				}
+				clear(left)
+				for _, kv := range now.ahead {
+					left[string(kv.Key)] = true
+				}
+				seen = now.seen
+			}
+			for _, ev := range wr.Events {
+				if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= seen {
+					continue
+				}
+				if k := string(ev.Kv.Key); k == key {
+					return time.Time{}, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+				} else if left[k] {
+					delete(left, k)
+					if len(left) == 0 {
+						return time.Now(), nil
+					}
+				}
+			}
+		case <-ended:
+			return time.Time{}, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
+}
+
+// waitDelete waits until pred, a key that existed at revision seen, is deleted, or the watch
+// broke: the caller reads again either way. A key of the same name made since is
 // another: an owner whose lock was released may be given to the next acquisition (see
 // ReusesOwners), and its new key stands behind the waiter. The first deletion the watch
 // reports is pred's: the watch was made at a revision where pred, that incarnation, was there,
@@ -284,7 +369,7 @@ func (b *Backend) waitTurn(ctx context.Context, ended <-chan struct{}, pfx, key 
 // a release. Starting at seen+1 is not enough on a busy cluster, where other writes move the
 // revision on between the read and the watch. A deletion between the read and the watch's
 // creation is caught by reading the key again once the watch exists.
-func (b *Backend) waitDelete(ctx context.Context, ended <-chan struct{}, pred *mvccpb.KeyValue, seen int64) (time.Time, error) {
+func (b *Backend) waitDelete(ctx context.Context, ended <-chan struct{}, pred *mvccpb.KeyValue, seen int64) error {
 	key := string(pred.Key)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -293,26 +378,26 @@ func (b *Backend) waitDelete(ctx context.Context, ended <-chan struct{}, pred *m
 		select {
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
-				return time.Time{}, nil // the watch broke: the caller reads again
+				return nil // the watch broke
 			}
 			if wr.Created && wr.Header.Revision > seen {
 				resp, err := b.c.Get(ctx, key, clientv3.WithKeysOnly())
 				if err != nil {
-					return time.Time{}, classify(err)
+					return classify(err)
 				}
 				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != pred.CreateRevision {
-					return time.Time{}, nil
+					return nil
 				}
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
-					return time.Now(), nil
+					return nil
 				}
 			}
 		case <-ended:
-			return time.Time{}, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+			return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
 		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }

@@ -3,11 +3,12 @@
 //
 // A lock named N is a queue of keys under <prefix><N>/, one key per owner waiting for or
 // holding the lock, each attached to a lease. The owner whose key has the smallest create
-// revision holds the lock; every other waits for the deletion of the key just before its own,
-// watching only that key (no thundering herd, first come first served). A waiter that had
-// only that key ahead holds the lock on hearing of its deletion, with no read after it: a
-// hand-over costs the release and the watch event. The name is
-// path-escaped, so that a lock "a" never sees the keys of a lock "a/1". What a holder
+// revision holds the lock; the others wait in that order (first come, first served). A
+// waiter with at most 16 keys ahead, which it learns of from its own put, watches the queue
+// and holds the lock on hearing of the deletion of the last of them, with no read after it: a
+// hand-over costs the release and the watch event. One further back watches only the key
+// just before its own, so that a release wakes a bounded number of waiters however long the
+// line (no thundering herd). The name is path-escaped, so that a lock "a" never sees the keys of a lock "a/1". What a holder
 // publishes with WithMetadata is kept beside the queue, at <prefix>!meta/<N>/<owner>, on the
 // same lease: "!" is escaped in every name, so no lock's queue covers these keys, whether or
 // not the prefix ends with a slash.

@@ -24,3 +24,10 @@ func (b *Backend) Leases() []clientv3.LeaseID {
 	}
 	return ids
 }
+
+// WatchAllUpTo sets how many keys ahead a waiter watches at once, until the test ends.
+func WatchAllUpTo(t interface{ Cleanup(func()) }, n int64) {
+	was := watchAllUpTo
+	watchAllUpTo = n
+	t.Cleanup(func() { watchAllUpTo = was })
+}

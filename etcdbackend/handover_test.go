@@ -61,9 +61,79 @@ func TestWaiterWithOneAheadIsGrantedOnTheDeletion(t *testing.T) {
 	}
 }
 
+// A waiter with two keys ahead watches both, and is granted on the deletion of the second
+// with no read after either: before, it watched only the key just before it, and read the
+// queue again when that went.
+func TestWaiterWithTwoAheadIsGrantedOnTheLastDeletion(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	hb, cli := newBackend(t, etcd)
+	nb, _ := newBackend(t, etcd)
+	wb, kv := countedBackend(t)
+	const name = "granted-on-last-deletion"
+	holder, err := newLocker(t, hb).Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := newLocker(t, nb).Obtain(ctx, name)
+		if err != nil {
+			t.Error(err)
+		}
+		next <- l
+	}()
+	waitKeys(t, cli, hb, name, 2)
+	got := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := newLocker(t, wb).Obtain(ctx, name)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitKeys(t, cli, hb, name, 3)
+	time.Sleep(100 * time.Millisecond) // the last waiter's read is answered, its watch made
+	before := kv.count.Load()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := <-next
+	if n == nil {
+		t.FailNow()
+	}
+	select {
+	case l := <-got:
+		t.Fatalf("granted token %d while the next in line (token %d) held", l.Token(), n.Token())
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := n.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	if n := kv.count.Load() - before; n != 0 {
+		t.Errorf("the last waiter made %d transactions between the first release and its grant, want none", n)
+	}
+	if l.Token() <= n.Token() {
+		t.Errorf("the waiter's token %d is not above the one before it, %d", l.Token(), n.Token())
+	}
+	_ = l.Release(ctx)
+}
+
 // A waiter with two keys ahead does not take the deletion of the one just ahead for its turn:
-// when that waiter leaves the line, the holder still holds, and the one behind waits on.
+// when that waiter leaves the line, the holder still holds, and the one behind waits on;
+// whether it watches both keys ahead, or only the one just before it.
 func TestWaiterBehindALeavingWaiterWaitsForTheHolder(t *testing.T) {
+	t.Run("watching all ahead", testBehindALeavingWaiter)
+	t.Run("watching one ahead", func(t *testing.T) {
+		etcdbackend.WatchAllUpTo(t, 1)
+		testBehindALeavingWaiter(t)
+	})
+}
+
+func testBehindALeavingWaiter(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
 	hb, cli := newBackend(t, etcd)
 	b1, _ := newBackend(t, etcd)

@@ -92,6 +92,7 @@ func TestOwedLeaveSparesAdoptedKey(t *testing.T) {
 	if _, err := hb.Acquire(ctx, hreq); err != nil {
 		t.Fatal(err)
 	}
+	between := secondAhead(t, ctx, hb, cli, name)
 	b, f := newFaultyBackend(t, etcd)
 	req := fencelock.Request{Name: name, Owner: "waiter-adopted", TTL: 2 * time.Second}
 	lease := fencelock.Lease{Name: name, Owner: req.Owner, TTL: req.TTL}
@@ -108,7 +109,23 @@ func TestOwedLeaveSparesAdoptedKey(t *testing.T) {
 	if _, err := hb.Release(ctx, fencelock.Lease{Name: name, Owner: hreq.Owner, TTL: hreq.TTL}, ""); err != nil {
 		t.Fatal(err)
 	}
+	if err := <-between; err != nil {
+		t.Fatal(err)
+	}
 	adoptedStays(t, b, f, cli, req)
+}
+
+// secondAhead queues a waiter behind the holder of name, which takes the lock when the holder
+// releases it and releases it at once, and has waiters watch one key ahead at a time: a waiter
+// that joins after it has more keys ahead than it watches, and reads the line after joining.
+func secondAhead(t *testing.T, ctx context.Context, hb *etcdbackend.Backend, cli *clientv3.Client, name string) <-chan error {
+	etcdbackend.WatchAllUpTo(t, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- acquireAndRelease(ctx, hb, fencelock.Request{Name: name, Owner: "between", TTL: 2 * time.Second})
+	}()
+	waitKeys(t, cli, hb, name, 2)
+	return done
 }
 
 // adoptedStays retries req, which must take back the key an earlier attempt left, lets the
@@ -160,6 +177,7 @@ func TestOwedLeaveSparesReenteredKey(t *testing.T) {
 	if _, err := hb.Acquire(ctx, hreq); err != nil {
 		t.Fatal(err)
 	}
+	between := secondAhead(t, ctx, hb, cli, name)
 	b, f := newFaultyBackend(t, etcd)
 	req := fencelock.Request{Name: name, Owner: "waiter-reentered", Hold: "h1", TTL: 2 * time.Second}
 	f.others(fail)           // the settler stays off until the retry has joined the key
@@ -174,6 +192,9 @@ func TestOwedLeaveSparesReenteredKey(t *testing.T) {
 	g, err := b.AcquireQueued(planned(ctx), req)
 	if err != nil || g.Count != 2 {
 		t.Fatalf("the retry with hold h2: %+v %v", g, err)
+	}
+	if err := <-between; err != nil {
+		t.Fatal(err)
 	}
 	f.others(pass)
 	// The settler takes h1 out; h2 keeps the key, with the token it was granted.

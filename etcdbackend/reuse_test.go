@@ -177,33 +177,79 @@ func (k *hookedKV) Txn(ctx context.Context) clientv3.Txn {
 // A waiter that read the key ahead of it, and watches it only once that key was deleted and
 // made again under the same name (its owner released and acquired again, as a reused owner
 // does), does not wait for the new key, which stands behind it: it is granted. Before, it
-// waited for a deletion of that name, and the new key's owner waited for the waiter.
+// waited for a deletion of that name, and the new key's owner waited for the waiter. It holds
+// for a waiter that watches the whole line, which learns of the line from its own
+// transaction, and for one watching only the key just before it, which reads it after.
 func TestWaiterIsNotHeldUpByTheNewKeyOfAReusedOwner(t *testing.T) {
-	ctx := bounded(t, 30*time.Second)
-	hb, cli := newBackend(t, etcd)
-	const name = "reused-ahead"
-	req := fencelock.Request{Name: name, Owner: "a", TTL: 10 * time.Second}
-	first, err := hb.Acquire(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	again := make(chan error, 1)
-	wcli := etcd.Client(t)
-	wcli.KV = &hookedKV{KV: wcli.KV, n: 2, after: func() {
-		// The waiter's key is made (1st transaction) and the key ahead read (2nd): the
-		// holder releases and queues again under its owner, behind the waiter.
-		if _, err := hb.Release(ctx, fencelock.Lease{Name: name, Owner: "a", TTL: req.TTL, Token: first.Token}, ""); err != nil {
-			t.Error(err)
+	t.Run("the holder's owner, the whole line watched", func(t *testing.T) {
+		ctx := bounded(t, 30*time.Second)
+		hb, cli := newBackend(t, etcd)
+		const name = "reused-ahead"
+		req := fencelock.Request{Name: name, Owner: "a", TTL: 10 * time.Second}
+		first, err := hb.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
 		}
-		go func() {
-			g, err := hb.AcquireQueued(ctx, req)
-			if err == nil {
-				_, err = hb.Release(ctx, fencelock.Lease{Name: name, Owner: "a", TTL: req.TTL, Token: g.Token}, "")
+		// Once the waiter's key is made (its first transaction), the holder releases and
+		// queues again under its owner, behind the waiter.
+		again := make(chan error, 1)
+		testNotHeldUpByReusedOwner(t, ctx, 1, func() {
+			if _, err := hb.Release(ctx, fencelock.Lease{Name: name, Owner: "a", TTL: req.TTL, Token: first.Token}, ""); err != nil {
+				t.Error(err)
 			}
-			again <- err
-		}()
+			go func() { again <- acquireAndRelease(ctx, hb, req) }()
+			waitKeys(t, cli, hb, name, 2)
+		})
+		if err := <-again; err != nil {
+			t.Fatalf("the owner's second acquisition: %v", err)
+		}
+	})
+	t.Run("a waiter's owner, the key just before watched", func(t *testing.T) {
+		etcdbackend.WatchAllUpTo(t, 1)
+		ctx := bounded(t, 30*time.Second)
+		hb, cli := newBackend(t, etcd)
+		const name = "reused-ahead"
+		holder, err := hb.Acquire(ctx, fencelock.Request{Name: name, Owner: "a", TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := fencelock.Request{Name: name, Owner: "x", TTL: 10 * time.Second}
+		xctx, leave := context.WithCancel(ctx)
+		left := make(chan error, 1)
+		go func() { _, err := hb.AcquireQueued(xctx, req); left <- err }()
 		waitKeys(t, cli, hb, name, 2)
-	}}
+		// Once the waiter made its key and read the key just before it (its second
+		// transaction), that waiter leaves the line and joins it again, behind the waiter.
+		again := make(chan error, 1)
+		testNotHeldUpByReusedOwner(t, ctx, 2, func() {
+			leave()
+			if err := <-left; !errors.Is(err, context.Canceled) {
+				t.Errorf("the waiter that left: %v", err)
+			}
+			waitKeys(t, cli, hb, name, 2) // its key deleted
+			go func() { again <- acquireAndRelease(ctx, hb, req) }()
+			waitKeys(t, cli, hb, name, 3)
+			go func() {
+				time.Sleep(200 * time.Millisecond)
+				_, err := hb.Release(ctx, fencelock.Lease{Name: name, Owner: "a", TTL: 10 * time.Second, Token: holder.Token}, "")
+				if err != nil {
+					t.Error(err)
+				}
+			}()
+		})
+		if err := <-again; err != nil {
+			t.Fatalf("the owner's second acquisition: %v", err)
+		}
+	})
+}
+
+// testNotHeldUpByReusedOwner queues a waiter that runs reuse after its n-th transaction
+// returned, and checks that it is granted within 10 s.
+func testNotHeldUpByReusedOwner(t *testing.T, ctx context.Context, n int, reuse func()) {
+	t.Helper()
+	const name = "reused-ahead"
+	wcli := etcd.Client(t)
+	wcli.KV = &hookedKV{KV: wcli.KV, n: n, after: reuse}
 	wb := etcdbackend.New(wcli)
 	t.Cleanup(func() { _ = wb.Close() })
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -215,7 +261,13 @@ func TestWaiterIsNotHeldUpByTheNewKeyOfAReusedOwner(t *testing.T) {
 	if _, err := wb.Release(ctx, fencelock.Lease{Name: name, Owner: "w", TTL: 10 * time.Second, Token: g.Token}, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-again; err != nil {
-		t.Fatalf("the owner's second acquisition: %v", err)
+}
+
+// acquireAndRelease waits in line for req's hold and releases it.
+func acquireAndRelease(ctx context.Context, b *etcdbackend.Backend, req fencelock.Request) error {
+	g, err := b.AcquireQueued(ctx, req)
+	if err == nil {
+		_, err = b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Token: g.Token}, "")
 	}
+	return err
 }
