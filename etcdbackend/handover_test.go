@@ -32,14 +32,7 @@ func TestWaiterWithOneAheadIsGrantedOnTheDeletion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *fencelock.Lock, 1)
-	go func() {
-		l, err := newLocker(t, wb).Obtain(ctx, name)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := obtainLater(t, ctx, wb, name)
 	waitKeys(t, cli, hb, name, 2)
 	time.Sleep(100 * time.Millisecond) // its read of the key ahead is answered, its watch made
 	before := kv.count.Load()
@@ -74,23 +67,9 @@ func TestWaiterWithTwoAheadIsGrantedOnTheLastDeletion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := make(chan *fencelock.Lock, 1)
-	go func() {
-		l, err := newLocker(t, nb).Obtain(ctx, name)
-		if err != nil {
-			t.Error(err)
-		}
-		next <- l
-	}()
+	next := obtainLater(t, ctx, nb, name)
 	waitKeys(t, cli, hb, name, 2)
-	got := make(chan *fencelock.Lock, 1)
-	go func() {
-		l, err := newLocker(t, wb).Obtain(ctx, name)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := obtainLater(t, ctx, wb, name)
 	waitKeys(t, cli, hb, name, 3)
 	time.Sleep(100 * time.Millisecond) // the last waiter's read is answered, its watch made
 	before := kv.count.Load()
@@ -150,14 +129,7 @@ func testBehindALeavingWaiter(t *testing.T) {
 		left <- err
 	}()
 	waitKeys(t, cli, hb, name, 2)
-	got := make(chan *fencelock.Lock, 1)
-	go func() {
-		l, err := newLocker(t, b2).Obtain(ctx, name)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := obtainLater(t, ctx, b2, name)
 	waitKeys(t, cli, hb, name, 3)
 	time.Sleep(100 * time.Millisecond) // the last waiter watches the one ahead of it
 	leave()
@@ -184,4 +156,18 @@ func testBehindALeavingWaiter(t *testing.T) {
 		t.Errorf("the waiter's token %d is not above the holder's %d", l.Token(), holder.Token())
 	}
 	_ = l.Release(ctx)
+}
+
+// obtainLater obtains name through a Client on b in a goroutine, and sends the lock, or nil
+// when the Obtain failed.
+func obtainLater(t *testing.T, ctx context.Context, b *etcdbackend.Backend, name string) <-chan *fencelock.Lock {
+	got := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := newLocker(t, b).Obtain(ctx, name)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	return got
 }
