@@ -97,7 +97,7 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 		}
 		req.StartWait()
 		var known *line
-		if n := len(holderKVs); !resp.Responses[1].GetResponseRange().More && holderKVs[n-1].CreateRevision == rev {
+		if n := len(holderKVs); n > 0 && !resp.Responses[1].GetResponseRange().More && holderKVs[n-1].CreateRevision == rev {
 			known = &line{ahead: holderKVs[:n-1], seen: rev} // the whole queue: all but the last, its own
 		}
 		sent, err := b.waitTurn(ctx, s.done, pfx, key, rev, known)
