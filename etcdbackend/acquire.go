@@ -63,9 +63,14 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 	pfx := b.queuePrefix(req.Name)
 	key := pfx + req.Owner
 	sent := time.Now()
-	// The head of the queue, and with it, when the line is short, every key ahead of this one.
+	// The head of the queue; for a request that will wait in line, when the line is short,
+	// every key ahead of its own too (see waitTurn). One attempt uses the head alone.
+	lineLen := int64(1)
+	if queue {
+		lineLen = watchAllUpTo + 1
+	}
 	first := clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(watchAllUpTo+1))
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(lineLen))
 	then := []clientv3.Op{clientv3.OpPut(key, holds{req.Hold}.encode(), clientv3.WithLease(s.id)), first}
 	if req.Meta != "" {
 		then = append(then, clientv3.OpPut(b.metaKey(req.Name, req.Owner), req.Meta, clientv3.WithLease(s.id)))
@@ -297,7 +302,7 @@ func (b *Backend) ahead(ctx context.Context, pfx, key string, rev int64) (*line,
 		return nil, classify(err)
 	}
 	if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != rev {
-		return nil, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+		return nil, errWaiterLapsed
 	}
 	r := resp.Responses[0].GetResponseRange()
 	return &line{ahead: r.Kvs, more: r.More, seen: resp.Header.Revision}, nil
@@ -312,11 +317,7 @@ func (b *Backend) waitAll(ctx context.Context, ended <-chan struct{}, pfx, key s
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := b.c.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
-	left := make(map[string]bool, len(l.ahead))
-	for _, kv := range l.ahead {
-		left[string(kv.Key)] = true
-	}
-	seen := l.seen
+	left, seen := keySet(l.ahead), l.seen
 	for {
 		select {
 		case wr, ok := <-wch:
@@ -329,18 +330,14 @@ func (b *Backend) waitAll(ctx context.Context, ended <-chan struct{}, pfx, key s
 				if err != nil || len(now.ahead) == 0 {
 					return sent, err
 				}
-				clear(left)
-				for _, kv := range now.ahead {
-					left[string(kv.Key)] = true
-				}
-				seen = now.seen
+				left, seen = keySet(now.ahead), now.seen
 			}
 			for _, ev := range wr.Events {
 				if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= seen {
 					continue
 				}
 				if k := string(ev.Kv.Key); k == key {
-					return time.Time{}, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+					return time.Time{}, errWaiterLapsed
 				} else if left[k] {
 					delete(left, k)
 					if len(left) == 0 {
@@ -349,11 +346,20 @@ func (b *Backend) waitAll(ctx context.Context, ended <-chan struct{}, pfx, key s
 				}
 			}
 		case <-ended:
-			return time.Time{}, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+			return time.Time{}, errWaiterLapsed
 		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
 		}
 	}
+}
+
+// keySet is the set of the keys of kvs.
+func keySet(kvs []*mvccpb.KeyValue) map[string]bool {
+	set := make(map[string]bool, len(kvs))
+	for _, kv := range kvs {
+		set[string(kv.Key)] = true
+	}
+	return set
 }
 
 // waitDelete waits until pred, a key that existed at revision seen, is deleted, or the watch
@@ -395,7 +401,7 @@ func (b *Backend) waitDelete(ctx context.Context, ended <-chan struct{}, pred *m
 				}
 			}
 		case <-ended:
-			return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+			return errWaiterLapsed
 		case <-ctx.Done():
 			return ctx.Err()
 		}

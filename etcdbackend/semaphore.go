@@ -266,7 +266,7 @@ func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req fen
 		}
 		mine := resp.Responses[1].GetResponseRange().Kvs
 		if len(mine) == 0 || mine[0].CreateRevision != rev {
-			return sent, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+			return sent, errWaiterLapsed
 		}
 		if ok, err := holder(append(resp.Responses[0].GetResponseRange().Kvs, mine[0]), rev, req.Limit); err != nil || ok {
 			return sent, err
@@ -289,7 +289,7 @@ func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req fen
 					break events
 				}
 			case <-ended:
-				return sent, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+				return sent, errWaiterLapsed
 			case <-ctx.Done():
 				return sent, ctx.Err()
 			}
@@ -319,7 +319,7 @@ func waitCreated(ctx context.Context, ended <-chan struct{}, wch clientv3.WatchC
 				return nil
 			}
 		case <-ended:
-			return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+			return errWaiterLapsed
 		case <-ctx.Done():
 			return ctx.Err()
 		}

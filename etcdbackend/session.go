@@ -241,3 +241,7 @@ func (b *Backend) dropSession(s *session) {
 }
 
 var errSessionExpired = errors.New("fencelock/etcd: the lease expired while waiting")
+
+// errWaiterLapsed is what a waiter returns when the lease of its key is gone, and the key with
+// it: the lock is unavailable to it, not held by another.
+var errWaiterLapsed = fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
