@@ -80,7 +80,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	proposal := b.propose()
 	start := time.Now()
 	fl, prev := b.flights.start(req.Name, req.Owner, len(b.nodes))
-	r, pending := b.acquireRound(ctx, req, proposal, fl, prev, timeout)
+	r, pending := b.acquireRound(ctx, req, proposal, fl, prev, b.flights.undoing(req.Name), timeout)
 	r.failed = append(r.failed, b.timedOut(ctx, pending)...)
 
 	n, q := len(b.nodes), b.quorum
@@ -130,9 +130,10 @@ type acquireRound struct {
 }
 
 // acquireRound sends the acquisition to every node. Each call waits first for the owner's
-// acquire call before it on its node (prev), and lands in fl when it returns. It returns as
-// soon as the outcome is decided (see settled), with the nodes that had not answered then.
-func (b *Backend) acquireRound(ctx context.Context, req fencelock.Request, proposal int64, fl, prev *flight, timeout time.Duration) (*acquireRound, []int) {
+// acquire call before it on its node (prev) and for the lock's undo in the air there (undo,
+// see flights), and lands in fl when it returns. It returns as soon as the outcome is decided
+// (see settled), with the nodes that had not answered then.
+func (b *Backend) acquireRound(ctx context.Context, req fencelock.Request, proposal int64, fl, prev, undo *flight, timeout time.Duration) (*acquireRound, []int) {
 	n, q := len(b.nodes), b.quorum
 	r := &acquireRound{replies: make([]acquireReply, n), answered: make([]bool, n), counts: make([]bool, n)}
 	keys := b.keys(req.Name)
@@ -141,6 +142,9 @@ func (b *Backend) acquireRound(ctx context.Context, req fencelock.Request, propo
 	pending := fanOut(ctx, b, b.all, timeout, decide, func(ctx context.Context, nd *node) (acquireReply, error) {
 		defer b.flights.land(req.Name, req.Owner, fl, nd.i)
 		if err := prev.wait(ctx, nd.i); err != nil {
+			return acquireReply{}, err
+		}
+		if err := undo.wait(ctx, nd.i); err != nil {
 			return acquireReply{}, err
 		}
 		ctx, cancel := sendContext(ctx)
@@ -428,14 +432,15 @@ func (b *Backend) writeBack(ctx context.Context, req fencelock.Request, a agreem
 // undo releases the hold of a failed acquisition on the nodes idx, in the background, so that
 // Acquire returns by its deadline. The undo is a flight of the owner's own, recorded before
 // Acquire returns: on each node it waits for the owner's flight before it (the acquire call,
-// or a token write after it), and the owner's next acquisition waits for it there, so the
-// undo can never take a hold that acquisition made. Each call is bounded by the node timeout
-// and nodeLinger; Close waits for them.
+// or a token write after it), and the lock's next acquisition through this Backend, of any
+// owner, waits for it there (see flights), so the undo can never take a hold that acquisition
+// made, nor leave that acquisition to meet this one's hold. Each call is bounded by the node
+// timeout and nodeLinger; Close waits for them.
 func (b *Backend) undo(ctx context.Context, req fencelock.Request, idx []int, timeout time.Duration) {
 	if len(idx) == 0 {
 		return
 	}
-	uf, prev := b.flights.start(req.Name, req.Owner, len(b.nodes))
+	uf, prev, before := b.flights.startUndo(req.Name, req.Owner, len(b.nodes))
 	mine := make([]bool, len(b.nodes))
 	for _, i := range idx {
 		mine[i] = true
@@ -450,7 +455,7 @@ func (b *Backend) undo(ctx context.Context, req fencelock.Request, idx []int, ti
 		for _, nd := range b.nodes {
 			wg.Go(func() {
 				defer b.flights.land(req.Name, req.Owner, uf, nd.i)
-				if prev.wait(ctx, nd.i) != nil || !mine[nd.i] {
+				if prev.wait(ctx, nd.i) != nil || before.wait(ctx, nd.i) != nil || !mine[nd.i] {
 					return
 				}
 				ctx, cancel := sendContext(ctx)

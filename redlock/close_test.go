@@ -99,7 +99,7 @@ func TestCloseWaitsForAnAcquisitionUnderWay(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	_, as := startNodes(t, 3)
 	clients, direct := dial(t, as), dial(t, as)
-	late := []*sendLate{{by: 300 * time.Millisecond}, {by: 300 * time.Millisecond}}
+	late := []*sendLate{{}, {}}
 	clients[1].(*redis.Client).AddHook(late[0])
 	clients[2].(*redis.Client).AddHook(late[1])
 	b := redlock.New(clients, redlock.WithNodeTimeout(2*time.Second))
@@ -115,7 +115,7 @@ func TestCloseWaitsForAnAcquisitionUnderWay(t *testing.T) {
 		}
 	}
 	for _, l := range late {
-		l.armed.Store(true)
+		l.hold(300 * time.Millisecond)
 	}
 	req := fencelock.Request{Name: "under-way", Owner: "o", TTL: 10 * time.Second}
 	type result struct {

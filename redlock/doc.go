@@ -29,7 +29,9 @@
 // owner's calls on one lock keep their order node by node: a release, a reentrant acquire, a
 // token write or the undo of a failed acquisition on a node waits until the owner's call before
 // it there has returned, and the owner's next call waits for it, so that none overtakes
-// another; a call that waited has its 500 ms from when it is sent.
+// another; the next acquisition of the lock through the same Backend, of any owner, also waits
+// on each node for the undo of a failed one, so that it never meets the hold of an attempt
+// that failed before it; a call that waited has its 500 ms from when it is sent.
 // Close is final: it waits for the operations under way and then for the calls they left in
 // the background, and every call after it fails with an error matching fencelock.ErrClosed.
 //

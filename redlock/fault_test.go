@@ -5,7 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -377,11 +377,18 @@ func TestSlowNodesEatValidity(t *testing.T) {
 	}
 }
 
-// sendLate holds back the next command of a client for a while before it is sent, as a slow
-// link or a descheduled client would: the server sees it late.
+// sendLate holds back a client's next commands before they are sent, as a slow link or a
+// descheduled client would: the server sees them late.
 type sendLate struct {
-	armed atomic.Bool
-	by    time.Duration
+	mu sync.Mutex
+	by []time.Duration // for each of the next commands, how long it is held back
+}
+
+// hold holds back the client's next len(by) commands, each by its own time.
+func (h *sendLate) hold(by ...time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.by = append(h.by, by...)
 }
 
 func (h *sendLate) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -390,21 +397,25 @@ func (h *sendLate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 func (h *sendLate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.armed.CompareAndSwap(true, false) {
-			time.Sleep(h.by)
+		var d time.Duration
+		h.mu.Lock()
+		if len(h.by) > 0 {
+			d, h.by = h.by[0], h.by[1:]
 		}
+		h.mu.Unlock()
+		time.Sleep(d)
 		return next(ctx, cmd)
 	}
 }
 
 // lateNode starts five nodes, and returns a Backend over them (node timeout 2s) whose client
-// to node k holds back its next command by the given time once the returned hook is armed,
-// and a client to each node that bypasses the hook.
-func lateNode(t *testing.T, k int, by time.Duration) (*redlock.Backend, []redisbackend.Client, *sendLate) {
+// to node k holds back its next commands as the returned hook is told to, and a client to each
+// node that bypasses the hook.
+func lateNode(t *testing.T, k int) (*redlock.Backend, []redisbackend.Client, *sendLate) {
 	t.Helper()
 	_, as := startNodes(t, 5)
 	clients := dial(t, as)
-	late := &sendLate{by: by}
+	late := &sendLate{}
 	clients[k].(*redis.Client).AddHook(late)
 	return newBackend(t, clients, redlock.WithNodeTimeout(2*time.Second)), dial(t, as), late
 }
@@ -414,7 +425,7 @@ func lateNode(t *testing.T, k int, by time.Duration) (*redlock.Backend, []redisb
 // the key on that node, held for no one until its TTL ends.
 func TestReleaseWaitsForALateAcquireOnItsNode(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
-	b, direct, late := lateNode(t, 4, 500*time.Millisecond)
+	b, direct, late := lateNode(t, 4)
 	req := fencelock.Request{Name: "late", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
 	// Warm up: scripts loaded and a connection per node, so that the calls below are one each.
 	if _, err := b.Acquire(ctx, req); err != nil {
@@ -425,7 +436,7 @@ func TestReleaseWaitsForALateAcquireOnItsNode(t *testing.T) {
 	}
 	b.Settle() // the warm-up's last calls, so that the next call on node 4 is the acquire below
 
-	late.armed.Store(true)
+	late.hold(500 * time.Millisecond)
 	req.Hold = "h2"
 	if _, err := b.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
@@ -450,7 +461,7 @@ func TestReleaseWaitsForALateAcquireOnItsNode(t *testing.T) {
 // answers the release only after Release returned.
 func TestLateNodeThatKeepsTheLockIsCleared(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
-	b, direct, late := lateNode(t, 0, 300*time.Millisecond)
+	b, direct, late := lateNode(t, 0)
 	req := fencelock.Request{Name: "kept", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
 	if _, err := b.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
@@ -460,7 +471,7 @@ func TestLateNodeThatKeepsTheLockIsCleared(t *testing.T) {
 	if err := direct[0].(*redis.Client).HDel(ctx, b.Key("kept"), "h:h1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	late.armed.Store(true)
+	late.hold(300 * time.Millisecond)
 	left, err := b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
 	if err != nil || left != 0 {
 		t.Fatalf("release: %d, %v", left, err)
@@ -479,14 +490,14 @@ func TestLateNodeThatKeepsTheLockIsCleared(t *testing.T) {
 // handed out, and the node would keep it for as long as the lock is held.
 func TestReentrantAcquireWaitsForTheFirstOnItsNode(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
-	b, direct, late := lateNode(t, 4, 300*time.Millisecond)
+	b, direct, late := lateNode(t, 4)
 	warm := fencelock.Request{Name: "warm-up", Owner: "w", TTL: 10 * time.Second}
 	if _, err := b.Acquire(ctx, warm); err != nil { // identifies the nodes, loads the script
 		t.Fatal(err)
 	}
 	b.Settle()
 
-	late.armed.Store(true) // node 4's first acquire goes out 300 ms late
+	late.hold(300 * time.Millisecond) // node 4's first acquire goes out 300 ms late
 	req := fencelock.Request{Name: "reentrant", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
 	first, err := b.Acquire(ctx, req)
 	if err != nil {
@@ -509,5 +520,75 @@ func TestReentrantAcquireWaitsForTheFirstOnItsNode(t *testing.T) {
 	}
 	if info, err := b.Inspect(ctx, "reentrant"); err != nil || info.Token != first.Token || info.Count != 2 {
 		t.Fatalf("Inspect: %+v, %v", info, err)
+	}
+}
+
+// A failed acquisition returns once a majority refused it, and its call to a node that had not
+// answered yet can still take the lock there after the holder released it; the undo releases
+// it again once that call has landed. The next acquisition through the same Backend comes
+// under a fresh owner, as the Client makes it after a refusal, and waits on that node for the
+// undo. Before, it met the failed attempt's hold there and, with the holder's key still on
+// nodes the release had not reached, was refused a lock that was free.
+func TestAcquisitionWaitsForTheUndoOfTheOneBefore(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	b, direct, late := lateNode(t, 4)
+	// The holder reaches nodes 2 and 3 through proxies, cut before it releases.
+	via := make([]string, len(direct))
+	var cut []*testserver.Proxy
+	for i, c := range direct {
+		via[i] = c.(*redis.Client).Options().Addr
+		if i == 2 || i == 3 {
+			p := testserver.StartProxy(t, via[i])
+			via[i] = p.Addr
+			cut = append(cut, p)
+		}
+	}
+	holder := newBackend(t, dial(t, via), redlock.WithNodeTimeout(2*time.Second))
+	ttl := 10 * time.Second
+	for _, w := range []*redlock.Backend{holder, b} { // identifies the nodes, loads the scripts
+		lease := fencelock.Lease{Name: "warm-up", Owner: "w", TTL: ttl}
+		if _, err := w.Acquire(ctx, fencelock.Request{Name: lease.Name, Owner: lease.Owner, TTL: ttl}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Release(ctx, lease, ""); err != nil {
+			t.Fatal(err)
+		}
+		w.Settle()
+	}
+
+	key := b.Key("ghost")
+	if _, err := holder.Acquire(ctx, fencelock.Request{Name: "ghost", Owner: "holder", TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	holder.Settle()
+	for _, p := range cut {
+		p.Cut()
+	}
+	// Node 4 sees the failed attempt's acquire 300 ms late, after the release, and its undo
+	// 400 ms after that attempt's call there returned.
+	late.hold(300*time.Millisecond, 400*time.Millisecond)
+	var held *fencelock.HeldError
+	if _, err := b.Acquire(ctx, fencelock.Request{Name: "ghost", Owner: "first", TTL: ttl}); !errors.As(err, &held) {
+		t.Fatalf("acquire of a held lock: %v, want a HeldError", err)
+	}
+	if _, err := holder.Release(ctx, fencelock.Lease{Name: "ghost", Owner: "holder", TTL: ttl}, ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the failed attempt's late call did not take node 4", func() bool {
+		return owners(direct, key)[4] == "first"
+	})
+	if got := owners(direct, key); !slices.Equal(got, []string{"", "", "holder", "holder", "first"}) {
+		t.Fatalf("owners before the next acquisition: %q", got)
+	}
+	lease := fencelock.Lease{Name: "ghost", Owner: "second", TTL: ttl}
+	if _, err := b.Acquire(ctx, fencelock.Request{Name: lease.Name, Owner: lease.Owner, TTL: ttl}); err != nil {
+		t.Fatalf("acquire with nodes 0, 1 and 4 free but for the failed attempt's undo: %v", err)
+	}
+	b.Settle()
+	if got := owners(direct, key); !slices.Equal(got, []string{"second", "second", "holder", "holder", "second"}) {
+		t.Fatalf("owners after the acquisition: %q", got)
+	}
+	if _, err := b.Release(ctx, lease, ""); err != nil {
+		t.Fatal(err)
 	}
 }

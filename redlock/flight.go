@@ -21,9 +21,18 @@ type flight struct {
 
 // flights are the flights of a Backend, the last one per lock name and owner; a flight leaves
 // the set when its last call lands.
+//
+// undos holds, per lock name, the last undo of a failed acquisition (see Backend.undo) while
+// it is in the air, whatever its owner. Every later acquisition of the lock through the
+// Backend waits for it node by node, and so does the next undo. A failed attempt's call to a
+// node that had not answered yet can still take the lock there after its holder released it,
+// and the attempt after it takes a fresh owner ID: without the wait, that attempt found the
+// last one's hold, a ghost of its own, and with the old holder's key on a node its release had
+// not reached yet it was refused a lock that was free.
 type flights struct {
-	mu sync.Mutex
-	m  map[flightKey]*flight
+	mu    sync.Mutex
+	m     map[flightKey]*flight
+	undos map[string]*flight
 }
 
 type flightKey struct{ name, owner string }
@@ -46,13 +55,33 @@ func (fs *flights) start(name, owner string, n int) (f, prev *flight) {
 	return f, prev
 }
 
+// startUndo records an undo flight of n calls for the owner, as start does, and as the lock's
+// last undo. It returns the owner's flight before it and the lock's undo before it.
+func (fs *flights) startUndo(name, owner string, n int) (f, prev, undo *flight) {
+	f, prev = fs.start(name, owner, n)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.undos == nil {
+		fs.undos = make(map[string]*flight)
+	}
+	undo = fs.undos[name]
+	fs.undos[name] = f
+	return f, prev, undo
+}
+
 // land marks the call on node i as returned.
 func (fs *flights) land(name, owner string, f *flight, i int) {
 	close(f.landed[i])
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	if f.left--; f.left == 0 && fs.m[flightKey{name, owner}] == f {
+	if f.left--; f.left > 0 {
+		return
+	}
+	if fs.m[flightKey{name, owner}] == f {
 		delete(fs.m, flightKey{name, owner})
+	}
+	if fs.undos[name] == f {
+		delete(fs.undos, name)
 	}
 }
 
@@ -61,6 +90,13 @@ func (fs *flights) get(name, owner string) *flight {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	return fs.m[flightKey{name, owner}]
+}
+
+// undoing returns the lock's last undo, or nil when none is in the air.
+func (fs *flights) undoing(name string) *flight {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.undos[name]
 }
 
 // wait returns once the acquire call on node i has landed (at once for a nil flight), or with

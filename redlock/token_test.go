@@ -278,7 +278,7 @@ func TestReentrantGrantWithoutAnAgreedToken(t *testing.T) {
 // late acquire then creates without a token.
 func TestTokenRoundWaitsForTheAcquireOnItsNode(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
-	b, direct, late := lateNode(t, 4, 300*time.Millisecond)
+	b, direct, late := lateNode(t, 4)
 	warm := fencelock.Request{Name: "warm-up", Owner: "w", TTL: 10 * time.Second}
 	if _, err := b.Acquire(ctx, warm); err != nil {
 		t.Fatal(err)
@@ -291,7 +291,7 @@ func TestTokenRoundWaitsForTheAcquireOnItsNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	late.armed.Store(true)
+	late.hold(300 * time.Millisecond)
 	g, err := b.Acquire(ctx, fencelock.Request{Name: "token-round", Owner: "o", Hold: "h1", TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
