@@ -26,6 +26,7 @@ type sends struct {
 	hold                     time.Duration
 	holdPipes                time.Duration // how long each pipeline of scripts is held back
 	pipeDone                 atomic.Bool   // set when a pipeline of scripts came back
+	scripts                  atomic.Int64  // scripts sent on their own that the server ran
 }
 
 func (s *sends) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -37,7 +38,11 @@ func (s *sends) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			s.holding <- struct{}{}
 			time.Sleep(s.hold)
 		}
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		if err == nil && strings.HasPrefix(cmd.Name(), "eval") {
+			s.scripts.Add(1)
+		}
+		return err
 	}
 }
 

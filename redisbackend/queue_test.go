@@ -510,13 +510,17 @@ func TestHandoverToADepartedWaiterIsUndone(t *testing.T) {
 func TestReleaseOfALockTakenPastTheLineHandsOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rdb := testserver.StartRedis(t).ClientT(t)
+	server := testserver.StartRedis(t)
+	rdb := server.ClientT(t)
 	b := redisbackend.New(rdb)
 	const name = "past-the-line"
 	if _, err := b.Acquire(ctx, fencelock.Request{Name: name, Owner: "gone", Hold: "h", TTL: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	w := fencelock.New(redisbackend.New(rdb))
+	wdb := server.ClientT(t)
+	s := &sends{}
+	wdb.AddHook(s)
+	w := fencelock.New(redisbackend.New(wdb))
 	defer w.Close()
 	got := make(chan error, 1)
 	go func() {
@@ -527,6 +531,13 @@ func TestReleaseOfALockTakenPastTheLineHandsOver(t *testing.T) {
 		got <- err
 	}()
 	waitQueueLen(t, rdb, b, name, 1)
+	// The attempt that put the waiter in line, and the one it makes once it is subscribed, in
+	// case a release came between them: then it sleeps.
+	for deadline := time.Now().Add(10 * time.Second); s.scripts.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter ran %d scripts, want 2", s.scripts.Load())
+		}
+	}
 	// The holder dies: its lock expires. The waiter's next attempt is a third of its place's
 	// life (5s) away.
 	if err := rdb.PExpire(ctx, b.Key(name), time.Millisecond).Err(); err != nil {
