@@ -153,19 +153,21 @@ func (w *nemesisWorker) misbehave() {
 	}
 	own := fmt.Sprintf("nem-own-%d", w.cfg.ID) // a name no other worker uses: free at once
 	if w.broken["ignore-valid"] {
-		// Hold a short lock and write for a while without looking: the nemesis stops this
-		// worker meanwhile, and others take the lock.
-		w.prologue("obtain", w.cfg.Names[0], 150*time.Millisecond, func(lock *fencelock.Lock, h int64) {
-			for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(30 * time.Millisecond) {
+		// Hold a short lock and write until the run's last second without looking: the
+		// nemesis stops this worker meanwhile, and others take the lock. The lock is one the
+		// other workers use, and the line for it can be seconds long: the wait and the writes
+		// span the run, so that a pause falls into them however late the grant comes.
+		w.prologue("obtain", w.cfg.Names[0], 150*time.Millisecond, time.Until(w.until)-2*time.Second, func(lock *fencelock.Lock, h int64) {
+			for end := w.until.Add(-time.Second); time.Now().Before(end); time.Sleep(30 * time.Millisecond) {
 				w.write(lock, h)
 			}
 		})
 	}
 	if w.broken["skew-clock"] {
-		w.prologue("try", own, time.Second, func(*fencelock.Lock, int64) {})
+		w.prologue("try", own, time.Second, 5*time.Second, func(*fencelock.Lock, int64) {})
 	}
 	if w.broken["self-delete"] {
-		w.prologue("try", own, 3*time.Second, func(lock *fencelock.Lock, _ int64) {
+		w.prologue("try", own, 3*time.Second, 5*time.Second, func(lock *fencelock.Lock, _ int64) {
 			select {
 			case <-lock.Context().Done():
 			case <-time.After(3 * time.Second):
@@ -175,9 +177,9 @@ func (w *nemesisWorker) misbehave() {
 }
 
 // prologue is a broken worker's first step: it takes name with ttl (op: "try" or "obtain"),
-// does fn with it, and releases it.
-func (w *nemesisWorker) prologue(op, name string, ttl time.Duration, fn func(*fencelock.Lock, int64)) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// waiting at most wait for it, does fn with it, and releases it.
+func (w *nemesisWorker) prologue(op, name string, ttl, wait time.Duration, fn func(*fencelock.Lock, int64)) {
+	ctx, cancel := context.WithTimeout(context.Background(), max(wait, time.Second))
 	lock, h := w.obtain(ctx, op, name, ttl, true, func(ctx context.Context) (*fencelock.Lock, error) {
 		if op == "try" {
 			return w.locker.TryObtain(ctx, name, fencelock.WithTTL(ttl))
