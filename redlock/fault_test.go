@@ -526,8 +526,8 @@ func TestReentrantAcquireWaitsForTheFirstOnItsNode(t *testing.T) {
 // A failed acquisition returns once a majority refused it, and its call to a node that had not
 // answered yet can still take the lock there after the holder released it; the undo releases
 // it again once that call has landed. The next acquisition through the same Backend comes
-// under a fresh owner, as the Client makes it after a refusal, and waits on that node for the
-// undo. Before, it met the failed attempt's hold there and, with the holder's key still on
+// under a fresh owner, as the Client's next TryObtain or Obtain makes it, and waits on that
+// node for the undo. Before, it met the failed attempt's hold there and, with the holder's key still on
 // nodes the release had not reached, was refused a lock that was free.
 func TestAcquisitionWaitsForTheUndoOfTheOneBefore(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)

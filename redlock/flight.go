@@ -26,9 +26,9 @@ type flight struct {
 // it is in the air, whatever its owner. Every later acquisition of the lock through the
 // Backend waits for it node by node, and so does the next undo. A failed attempt's call to a
 // node that had not answered yet can still take the lock there after its holder released it,
-// and the attempt after it takes a fresh owner ID: without the wait, that attempt found the
-// last one's hold, a ghost of its own, and with the old holder's key on a node its release had
-// not reached yet it was refused a lock that was free.
+// and the Client's next call takes a fresh owner ID: without the wait, that call found the
+// failed one's hold, a ghost of its own, and with the old holder's key on a node its release
+// had not reached yet it was refused a lock that was free.
 type flights struct {
 	mu    sync.Mutex
 	m     map[flightKey]*flight
