@@ -533,11 +533,7 @@ func TestReleaseOfALockTakenPastTheLineHandsOver(t *testing.T) {
 	waitQueueLen(t, rdb, b, name, 1)
 	// The attempt that put the waiter in line, and the one it makes once it is subscribed, in
 	// case a release came between them: then it sleeps.
-	for deadline := time.Now().Add(10 * time.Second); s.scripts.Load() < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter ran %d scripts, want 2", s.scripts.Load())
-		}
-	}
+	waitUntil(t, "the waiter did not attempt again once subscribed", func() bool { return s.scripts.Load() >= 2 })
 	// The holder dies: its lock expires. The waiter's next attempt is a third of its place's
 	// life (5s) away.
 	if err := rdb.PExpire(ctx, b.Key(name), time.Millisecond).Err(); err != nil {

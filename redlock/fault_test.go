@@ -527,8 +527,8 @@ func TestReentrantAcquireWaitsForTheFirstOnItsNode(t *testing.T) {
 // answered yet can still take the lock there after the holder released it; the undo releases
 // it again once that call has landed. The next acquisition through the same Backend comes
 // under a fresh owner, as the Client's next TryObtain or Obtain makes it, and waits on that
-// node for the undo. Before, it met the failed attempt's hold there and, with the holder's key still on
-// nodes the release had not reached, was refused a lock that was free.
+// node for the undo. Before, it met the failed attempt's hold there and, with the holder's key
+// still on nodes the release had not reached, was refused a lock that was free.
 func TestAcquisitionWaitsForTheUndoOfTheOneBefore(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	b, direct, late := lateNode(t, 4)
