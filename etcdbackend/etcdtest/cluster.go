@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,22 +80,59 @@ func New(opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{dir: dir}
-	if opts.Process {
-		if err := startProcess(c, opts); err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
+	for try := 1; ; try++ {
+		sub := fmt.Sprintf("%s/try%d", dir, try) // a failed try may leave data behind
+		if opts.Process {
+			err = startProcess(c, sub, opts)
+		} else {
+			c.Members, err = startMembers(sub, n, opts.NoFsync)
 		}
+		if err == nil {
+			break
+		}
+		if try == startTries || !errors.Is(err, syscall.EADDRINUSE) {
+			c.Close()
+			return nil, fmt.Errorf("etcdtest: starting etcd: %w", err)
+		}
+	}
+	if opts.Process {
 		return c, nil
 	}
+	for _, m := range c.Members {
+		select {
+		case <-m.etcd.Server.ReadyNotify():
+		case <-time.After(30 * time.Second):
+			c.Close()
+			return nil, errors.New("etcd member not ready after 30s")
+		}
+		c.Endpoints = append(c.Endpoints, m.Endpoint)
+	}
+	return c, nil
+}
+
+// startTries is how many sets of ports New tries: a port found free can be taken before the
+// member binds it, by tests of other packages and by the connections their clients dial.
+const startTries = 5
+
+// restartPortWait bounds how long Restart waits for a member's port that something else holds,
+// trying every restartPoll.
+const (
+	restartPortWait = 10 * time.Second
+	restartPoll     = 100 * time.Millisecond
+)
+
+// startMembers starts the n members of a new cluster, with their data under dir, on ports
+// found free. An error that wraps syscall.EADDRINUSE means one of the ports was taken first.
+func startMembers(dir string, n int, noFsync bool) ([]*Member, error) {
 	type ports struct{ client, peer *url.URL }
 	var all []ports
 	var initial []string
 	for i := 0; i < n; i++ {
-		cu, err := freeURL()
+		cu, err := pickURL()
 		if err != nil {
 			return nil, err
 		}
-		pu, err := freeURL()
+		pu, err := pickURL()
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +141,7 @@ func New(opts Options) (*Cluster, error) {
 	}
 	cfgs := make([]*embed.Config, n)
 	for i, p := range all {
-		cfgs[i] = memberConfig(fmt.Sprintf("m%d", i), fmt.Sprintf("%s/m%d", dir, i), p.client, p.peer, strings.Join(initial, ","), opts.NoFsync)
+		cfgs[i] = memberConfig(fmt.Sprintf("m%d", i), fmt.Sprintf("%s/m%d", dir, i), p.client, p.peer, strings.Join(initial, ","), noFsync)
 	}
 	// Members of a new cluster wait for each other, so they start together.
 	type started struct {
@@ -118,7 +156,7 @@ func New(opts Options) (*Cluster, error) {
 			ch <- started{i, e, err}
 		}()
 	}
-	c.Members = make([]*Member, n)
+	members := make([]*Member, n)
 	var errs []error
 	for range cfgs {
 		s := <-ch
@@ -126,22 +164,17 @@ func New(opts Options) (*Cluster, error) {
 			errs = append(errs, s.err)
 			continue
 		}
-		c.Members[s.i] = &Member{Name: cfgs[s.i].Name, Endpoint: all[s.i].client.String(), Addr: all[s.i].client.Host, cfg: cfgs[s.i], etcd: s.e}
+		members[s.i] = &Member{Name: cfgs[s.i].Name, Endpoint: all[s.i].client.String(), Addr: all[s.i].client.Host, cfg: cfgs[s.i], etcd: s.e}
 	}
 	if len(errs) > 0 {
-		c.Close()
-		return nil, fmt.Errorf("starting etcd: %w", errors.Join(errs...))
-	}
-	for _, m := range c.Members {
-		select {
-		case <-m.etcd.Server.ReadyNotify():
-		case <-time.After(30 * time.Second):
-			c.Close()
-			return nil, errors.New("etcd member not ready after 30s")
+		for _, m := range members {
+			if m != nil {
+				m.stop()
+			}
 		}
-		c.Endpoints = append(c.Endpoints, m.Endpoint)
+		return nil, errors.Join(errs...)
 	}
-	return c, nil
+	return members, nil
 }
 
 func freeURL() (*url.URL, error) {
@@ -215,9 +248,19 @@ func (m *Member) Restart() error {
 	if !m.stopped {
 		return fmt.Errorf("etcdtest: %s is running", m.Name)
 	}
-	e, err := embed.StartEtcd(m.cfg)
-	if err != nil {
-		return fmt.Errorf("etcdtest: restarting %s: %w", m.Name, err)
+	// The ports are the member's own, so a port that a dialled connection took meanwhile is
+	// waited for, as an operator would wait, for a while.
+	var e *embed.Etcd
+	var err error
+	for waited := time.Duration(0); ; waited += restartPoll {
+		e, err = embed.StartEtcd(m.cfg)
+		if err == nil {
+			break
+		}
+		if waited >= restartPortWait || !errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("etcdtest: restarting %s: %w", m.Name, err)
+		}
+		time.Sleep(restartPoll)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
@@ -263,3 +306,6 @@ func (c *Cluster) Close() {
 	}
 	_ = os.RemoveAll(c.dir)
 }
+
+// pickURL finds the URL a member listens on; a test replaces it.
+var pickURL = freeURL

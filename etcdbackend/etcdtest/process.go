@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -38,7 +39,11 @@ func ServeIfAsked() {
 		return
 	}
 	if err := serve(spec); err != nil {
-		fmt.Fprintln(os.Stderr, "etcdtest child:", err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			fmt.Println(portTaken) // the parent tries again on other ports
+		} else {
+			fmt.Fprintln(os.Stderr, "etcdtest child:", err)
+		}
 		os.Exit(1)
 	}
 	os.Exit(0)
@@ -73,6 +78,10 @@ func serve(spec string) error {
 	return nil
 }
 
+// portTaken is what a child says, instead of "ready", when one of its ports was taken before it
+// bound it.
+const portTaken = "port taken"
+
 // process is a member running in a child process.
 type process struct {
 	cmd   *exec.Cmd
@@ -81,16 +90,16 @@ type process struct {
 
 // startProcess starts a one-member cluster in a child process: this test binary run again,
 // whose TestMain hands it to ServeIfAsked.
-func startProcess(c *Cluster, opts Options) error {
-	cu, err := freeURL()
+func startProcess(c *Cluster, dir string, opts Options) error {
+	cu, err := pickURL()
 	if err != nil {
 		return err
 	}
-	pu, err := freeURL()
+	pu, err := pickURL()
 	if err != nil {
 		return err
 	}
-	spec, err := json.Marshal(childMember{Dir: c.dir + "/m0", Client: cu.String(), Peer: pu.String(), NoFsync: opts.NoFsync})
+	spec, err := json.Marshal(childMember{Dir: dir + "/m0", Client: cu.String(), Peer: pu.String(), NoFsync: opts.NoFsync})
 	if err != nil {
 		return err
 	}
@@ -108,13 +117,15 @@ func startProcess(c *Cluster, opts Options) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting the etcd child: %w", err)
 	}
-	c.proc = &process{cmd: cmd, stdin: stdin}
+	p := &process{cmd: cmd, stdin: stdin}
 	ready := make(chan error, 1)
 	go func() {
 		line, err := bufio.NewReader(stdout).ReadString('\n')
 		switch {
 		case err == io.EOF:
 			err = errors.New("the etcd child exited without serving (does the test binary's TestMain call etcdtest.ServeIfAsked?)")
+		case err == nil && strings.TrimSpace(line) == portTaken:
+			err = fmt.Errorf("the etcd child's port was taken: %w", syscall.EADDRINUSE)
 		case err == nil && strings.TrimSpace(line) != "ready":
 			err = fmt.Errorf("the etcd child said %q", line)
 		}
@@ -127,16 +138,16 @@ func startProcess(c *Cluster, opts Options) error {
 		err = errors.New("the etcd child is not ready after 40s")
 	}
 	if err != nil {
-		c.proc.stop()
-		return fmt.Errorf("etcdtest: %w", err)
+		p.stop()
+		return err
 	}
 	if opts.CPU != "" {
 		if out, err := exec.Command("taskset", "-a", "-p", "-c", opts.CPU, strconv.Itoa(cmd.Process.Pid)).CombinedOutput(); err != nil {
-			c.proc.stop()
-			return fmt.Errorf("etcdtest: pinning the etcd child to CPU %s: %v: %s", opts.CPU, err, out)
+			p.stop()
+			return fmt.Errorf("pinning the etcd child to CPU %s: %v: %s", opts.CPU, err, out)
 		}
 	}
-	c.Endpoints = []string{cu.String()}
+	c.proc, c.Endpoints = p, []string{cu.String()}
 	return nil
 }
 
