@@ -28,6 +28,10 @@ const (
 	// server binding it: another process (tests of other packages run in
 	// parallel) may take the port in between.
 	startAttempts = 5
+	// restartPortWait bounds how long a restart, which must keep its port, waits for the port
+	// to be free, trying every restartPoll.
+	restartPortWait = 10 * time.Second
+	restartPoll     = 100 * time.Millisecond
 )
 
 // errClosed is returned when a handle is used after Close.
@@ -133,6 +137,9 @@ type process struct {
 	cmd    *exec.Cmd
 	done   chan struct{} // closed when cmd has been waited for
 	paused bool
+	// outFrom and logFrom are the sizes of the output and the log when the process last
+	// started: what it wrote since begins there.
+	outFrom, logFrom int64
 }
 
 // start launches the process. It must not be running.
@@ -148,6 +155,7 @@ func (p *process) start() error {
 	}
 	// The child has its own copy of the descriptor after Start.
 	defer out.Close()
+	p.outFrom, p.logFrom = fileSize(p.outPath), fileSize(p.logPath)
 
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Dir = p.workDir
@@ -281,15 +289,40 @@ func (p *process) waitReady(ctx context.Context, check func(context.Context) err
 
 // portInUse reports whether the last start failed because its port was taken.
 func (p *process) portInUse() bool {
-	for _, path := range []string{p.outPath, p.logPath} {
+	p.mu.Lock()
+	from := map[string]int64{p.outPath: p.outFrom, p.logPath: p.logFrom}
+	p.mu.Unlock()
+	for path, off := range from {
 		if path == "" {
 			continue
 		}
-		if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte("already in use")) {
+		if b, err := os.ReadFile(path); err == nil && int64(len(b)) >= off && bytes.Contains(b[off:], []byte("already in use")) {
 			return true
 		}
 	}
 	return false
+}
+
+// fileSize is the size of the file at path, 0 if there is none.
+func fileSize(path string) int64 {
+	if fi, err := os.Stat(path); err == nil {
+		return fi.Size()
+	}
+	return 0
+}
+
+// restartOnOwnPort runs start until it succeeds or fails for another reason than a taken port,
+// for up to restartPortWait: a server restarted on its own port waits, as an operator would, for
+// a connection dialled from the ephemeral range while it was down to let the port go.
+func restartOnOwnPort(start func() error, portTaken func() bool) error {
+	deadline := time.Now().Add(restartPortWait)
+	for {
+		err := start()
+		if err == nil || !portTaken() || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(restartPoll)
+	}
 }
 
 // logTail formats the last lines of the output and log files for errors.

@@ -250,7 +250,7 @@ func (r *Redis) Restart() error {
 	if r.proc.running() {
 		return fmt.Errorf("testserver: restart %s: still running; Kill or Stop it first", r.Addr)
 	}
-	return r.startAndWait()
+	return restartOnOwnPort(r.startAndWait, r.proc.portInUse)
 }
 
 // Client returns a new go-redis client for this server; the caller closes it.

@@ -101,6 +101,30 @@ func TestRedisKillRestart(t *testing.T) {
 	}
 }
 
+// TestRedisRestartWaitsForItsPort shows a restart waits for its port when something else took
+// it while the server was down, as a connection dialled from the ephemeral range can.
+func TestRedisRestartWaitsForItsPort(t *testing.T) {
+	t.Parallel()
+	r := StartRedis(t)
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := net.Listen("tcp", r.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		taken.Close()
+	}()
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pingRESP(context.Background(), r.Addr); err != nil {
+		t.Fatalf("PING after Restart: %v", err)
+	}
+}
+
 // TestRedisExtraArgsPersistAcrossKill shows extraArgs override the defaults
 // and Restart reuses the directory, so AOF data survives a crash.
 func TestRedisExtraArgsPersistAcrossKill(t *testing.T) {

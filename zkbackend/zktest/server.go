@@ -42,6 +42,10 @@ const (
 	readyTimeout = 30 * time.Second // a JVM on a loaded two-core machine under -race is slow to start
 	stopGrace    = 5 * time.Second
 	startTries   = 5 // a port found free may be taken by another process before java binds it
+	// restartPortWait bounds how long Restart, which keeps the port, waits for it to be free,
+	// trying every restartPoll.
+	restartPortWait = 10 * time.Second
+	restartPoll     = 100 * time.Millisecond
 )
 
 // Server is one standalone ZooKeeper server process.
@@ -54,10 +58,13 @@ type Server struct {
 	outPath string
 	java    string
 
-	mu     sync.Mutex // guards cmd, done and paused
+	mu     sync.Mutex // guards cmd, done, paused and outFrom
 	cmd    *exec.Cmd
 	done   chan struct{} // closed once cmd has exited and been waited for
 	paused bool
+	// outFrom is the output's size when the server last started: what it wrote since begins
+	// there.
+	outFrom int64
 }
 
 // Start starts a server and stops it when the test ends. It fails the test, naming the Debian
@@ -156,6 +163,13 @@ func (s *Server) start() error {
 		return fmt.Errorf("zktest: %w", err)
 	}
 	defer out.Close() // the child has its own descriptor once started
+	var from int64
+	if fi, err := out.Stat(); err == nil {
+		from = fi.Size()
+	}
+	s.mu.Lock()
+	s.outFrom = from
+	s.mu.Unlock()
 	cmd := exec.Command(s.java,
 		"-Xmx256m", "-XX:+UseSerialGC", "-XX:-UsePerfData",
 		"-Djava.net.preferIPv4Stack=true",
@@ -226,13 +240,25 @@ func (s *Server) fourLetter(cmd string, timeout time.Duration) (string, error) {
 
 // Restart starts the server again after Stop or Kill, on the same port and data directory.
 func (s *Server) Restart() error {
-	if isClosed(s.exited()) {
-		if err := s.start(); err != nil {
+	if !isClosed(s.exited()) {
+		return errors.New("zktest: Restart of a running server")
+	}
+	// A connection dialled from the ephemeral range while the server was down may hold the
+	// port: Restart waits for it, as an operator would.
+	deadline := time.Now().Add(restartPortWait)
+	for {
+		err := s.start()
+		if err == nil {
+			if err = s.waitReady(); err == nil {
+				return nil
+			}
+			_ = s.Kill()
+		}
+		if !s.portTaken() || time.Now().After(deadline) {
 			return err
 		}
-		return s.waitReady()
+		time.Sleep(restartPoll)
 	}
-	return errors.New("zktest: Restart of a running server")
 }
 
 // Stop asks the server to exit (SIGTERM), kills it after a grace period, and waits.
@@ -317,9 +343,13 @@ func (s *Server) exited() <-chan struct{} {
 	return s.done
 }
 
+// portTaken reports whether the last start failed because its port was taken.
 func (s *Server) portTaken() bool {
+	s.mu.Lock()
+	from := s.outFrom
+	s.mu.Unlock()
 	b, _ := os.ReadFile(s.outPath)
-	return bytes.Contains(b, []byte("Address already in use"))
+	return int64(len(b)) >= from && bytes.Contains(b[from:], []byte("Address already in use"))
 }
 
 func (s *Server) outputTail() string {

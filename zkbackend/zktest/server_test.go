@@ -1,6 +1,7 @@
 package zktest
 
 import (
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,29 @@ func TestLifecycle(t *testing.T) {
 	if took := time.Since(start); took >= stopGrace {
 		t.Errorf("stopping took %v: SIGTERM was not enough", took)
 	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.FourLetter("srvr"); err != nil || !strings.Contains(out, "Mode: standalone") {
+		t.Fatalf("after restart: %q %v", out, err)
+	}
+}
+
+// A server whose port something else took while it was down starts again once the port is
+// free, within Restart.
+func TestRestartWaitsForItsPort(t *testing.T) {
+	s := Start(t)
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(time.Second)
+		taken.Close()
+	}()
 	if err := s.Restart(); err != nil {
 		t.Fatal(err)
 	}
