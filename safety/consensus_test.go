@@ -442,7 +442,7 @@ const zkSession = zktest.MinSessionTimeout
 func TestZooKeeperSessionExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	srv := zktest.Start(t)
+	srv := zktest.Start(t, zktest.Options{})
 	rounds := 3
 	if full {
 		rounds = 20

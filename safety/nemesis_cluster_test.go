@@ -102,7 +102,7 @@ func startEtcdNemesis(t *testing.T) *nemesisCluster {
 // startZKNemesis starts a standalone ZooKeeper with the shortest session timeout it grants
 // but one: 2s, so that a lock of a 2s TTL can be checked for spurious losses.
 func startZKNemesis(t *testing.T) *nemesisCluster {
-	s := zktest.Start(t)
+	s := zktest.Start(t, zktest.Options{})
 	c := &nemesisCluster{kind: "zk", label: "zookeeper (standalone)", targets: []string{s.Addr}, session: 2 * time.Second, minTTL: 100 * time.Millisecond}
 	c.pause = func(int) error { return s.Pause() }
 	c.resume = func(int) error { return s.Resume() }

@@ -2,6 +2,7 @@ package zkbackend_test
 
 import (
 	"context"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -10,13 +11,30 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/zkbackend/zktest"
 )
+
+// eachMode runs bench as two sub-benchmarks, each on a server of its own: "fsync", as ZooKeeper
+// is deployed (forceSync=yes), and "no-fsync", to show what the disk costs. FENCELOCK_ZK_CPU
+// pins the server to those CPUs, away from the benchmark run under taskset on the others.
+func eachMode(b *testing.B, bench func(b *testing.B, addr string)) {
+	for _, mode := range []struct {
+		name  string
+		fsync bool
+	}{{"fsync", true}, {"no-fsync", false}} {
+		b.Run(mode.name, func(b *testing.B) {
+			bench(b, zktest.Start(b, zktest.Options{Fsync: mode.fsync, CPU: os.Getenv("FENCELOCK_ZK_CPU")}).Addr)
+		})
+	}
+}
 
 // BenchmarkLockUnlock measures one uncontended lock and unlock with fencelock and with
 // go-zookeeper's zk.Lock, interleaved on the same server and connection, each reusing one
 // name, and reports both medians and their ratio.
-func BenchmarkLockUnlock(b *testing.B) {
-	conn := dial(b, server.Addr, nil)
+func BenchmarkLockUnlock(b *testing.B) { eachMode(b, lockUnlock) }
+
+func lockUnlock(b *testing.B, addr string) {
+	conn := dial(b, addr, nil)
 	locker := fencelock.New(newBackend(conn), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
 	b.Cleanup(func() { _ = locker.Close() })
 	zl := zk.NewLock(conn, "/zklock/bench-lock-unlock", zk.WorldACL(zk.PermAll))
@@ -59,9 +77,11 @@ func BenchmarkLockUnlock(b *testing.B) {
 // BenchmarkHandoff measures the time from the holder's Release (Unlock) returning to the
 // waiter, on another connection, holding the lock: the watch notification and whatever the
 // waiter does after it. A waiter that holds before Release returns counts as zero.
-func BenchmarkHandoff(b *testing.B) {
-	holderConn, waiterConn := dial(b, server.Addr, nil), dial(b, server.Addr, nil)
-	admin := dial(b, server.Addr, nil)
+func BenchmarkHandoff(b *testing.B) { eachMode(b, handoff) }
+
+func handoff(b *testing.B, addr string) {
+	holderConn, waiterConn := dial(b, addr, nil), dial(b, addr, nil)
+	admin := dial(b, addr, nil)
 	holderBackend := newBackend(holderConn)
 	holder := fencelock.New(holderBackend, fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
 	waiter := fencelock.New(newBackend(waiterConn), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
@@ -160,7 +180,9 @@ func quantile(d []time.Duration, q float64) float64 {
 // would be, taking turns on one lock for a round of 500ms, fencelock's and zk.Lock's rounds
 // interleaved; each iteration is one round of each. It reports owner changes per second, Jain's
 // fairness index of the turns each worker got, and the p99 of the wait for the lock, for both.
-func BenchmarkContended(b *testing.B) {
+func BenchmarkContended(b *testing.B) { eachMode(b, contended) }
+
+func contended(b *testing.B, addr string) {
 	const workers, round = 8, 500 * time.Millisecond
 	type worker struct {
 		locker *fencelock.Client
@@ -168,7 +190,7 @@ func BenchmarkContended(b *testing.B) {
 	}
 	ws := make([]worker, workers)
 	for i := range ws {
-		conn := dial(b, server.Addr, nil)
+		conn := dial(b, addr, nil)
 		ws[i].locker = fencelock.New(newBackend(conn), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
 		b.Cleanup(func() { _ = ws[i].locker.Close() })
 		ws[i].zl = zk.NewLock(conn, "/zklock/bench-contended", zk.WorldACL(zk.PermAll))

@@ -17,7 +17,7 @@ const slack = 300 * time.Millisecond
 // connection stays open and silent). go-zookeeper's requests take no context; the calls used
 // to wait for its own timeout (two thirds of the session timeout) once per request.
 func TestCallsReturnByDeadline(t *testing.T) {
-	srv := zktest.Start(t)
+	srv := zktest.Start(t, zktest.Options{})
 	b := newBackend(dial(t, srv.Addr, nil))
 	ctx := ctxTimeout(t, 60*time.Second)
 	name := lockName(t)

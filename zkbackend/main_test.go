@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,19 +31,10 @@ func TestMain(m *testing.M) {
 		os.Exit(runHolder(spec))
 	}
 	var err error
-	server, err = zktest.New()
+	server, err = zktest.New(zktest.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
-	}
-	if cpu := os.Getenv("FENCELOCK_ZK_CPU"); cpu != "" {
-		// Benchmarks on a small machine: keep the server on a CPU of its own, away from the
-		// benchmark (run under taskset), as a deployed ZooKeeper runs apart from its clients.
-		if out, err := exec.Command("taskset", "-a", "-p", "-c", cpu, strconv.Itoa(server.PID())).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "pinning ZooKeeper to CPU %s: %v: %s\n", cpu, err, out)
-			_ = server.Close()
-			os.Exit(1)
-		}
 	}
 	code := m.Run()
 	_ = server.Close()

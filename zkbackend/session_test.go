@@ -131,7 +131,7 @@ func TestWaiterSessionExpiry(t *testing.T) {
 // longer confirm its lock, and its context ends with ErrLost once the validity deadline passes,
 // one session timeout after the last confirmation, whether or not the server ever comes back.
 func TestPausedServerEndsTheLockByItsDeadline(t *testing.T) {
-	srv := zktest.Start(t)
+	srv := zktest.Start(t, zktest.Options{})
 	c := fencelock.New(newBackend(dial(t, srv.Addr, nil)), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)))
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := ctxTimeout(t, 30*time.Second)

@@ -57,6 +57,7 @@ type Server struct {
 	cfgPath string
 	outPath string
 	java    string
+	opts    Options
 
 	mu     sync.Mutex // guards cmd, done, paused and outFrom
 	cmd    *exec.Cmd
@@ -67,11 +68,24 @@ type Server struct {
 	outFrom int64
 }
 
+// Options configure a server.
+type Options struct {
+	// Fsync makes the server fsync its transaction log before it answers a write, as a
+	// deployed ZooKeeper does (forceSync=yes, its default). It is off unless asked for: the
+	// tests are about protocol behaviour, not durability, and fsync on a shared disk makes
+	// their timing erratic. Benchmarks ask for it.
+	Fsync bool
+	// CPU pins every thread of the server to these CPUs (taskset's list, such as "0"), away
+	// from a benchmark run under taskset on the others, as a deployed ZooKeeper runs apart
+	// from its clients.
+	CPU string
+}
+
 // Start starts a server and stops it when the test ends. It fails the test, naming the Debian
 // package to install, when java or ZooKeeper is missing.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	s, err := New()
+	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +94,7 @@ func Start(t testing.TB) *Server {
 }
 
 // New is Start without a testing.TB, for TestMain; the caller must Close the server.
-func New() (*Server, error) {
+func New(opts Options) (*Server, error) {
 	java, err := findJava()
 	if err != nil {
 		return nil, err
@@ -92,7 +106,7 @@ func New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zktest: %w", err)
 	}
-	s := &Server{dir: dir, cfgPath: filepath.Join(dir, "zoo.cfg"), outPath: filepath.Join(dir, "zookeeper.out"), java: java}
+	s := &Server{dir: dir, cfgPath: filepath.Join(dir, "zoo.cfg"), outPath: filepath.Join(dir, "zookeeper.out"), java: java, opts: opts}
 	for try := 1; ; try++ {
 		err = s.startOnFreePort()
 		if err == nil {
@@ -123,6 +137,10 @@ func (s *Server) startOnFreePort() error {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
+	forceSync := "no"
+	if s.opts.Fsync {
+		forceSync = "yes"
+	}
 	cfg := strings.Join([]string{
 		"tickTime=" + strconv.Itoa(int(TickTime/time.Millisecond)),
 		"minSessionTimeout=" + strconv.Itoa(int(MinSessionTimeout/time.Millisecond)),
@@ -134,9 +152,7 @@ func (s *Server) startOnFreePort() error {
 		"admin.enableServer=false",
 		// Tests read the watch table (wchp) and readiness (srvr).
 		"4lw.commands.whitelist=*",
-		// No fsync per transaction: the tests are about protocol behaviour, not durability,
-		// and fsync on a shared disk would make their timing erratic.
-		"forceSync=no",
+		"forceSync=" + forceSync,
 		"",
 	}, "\n")
 	if err := os.WriteFile(s.cfgPath, []byte(cfg), 0o644); err != nil {
@@ -170,13 +186,18 @@ func (s *Server) start() error {
 	s.mu.Lock()
 	s.outFrom = from
 	s.mu.Unlock()
-	cmd := exec.Command(s.java,
+	bin, args := s.java, []string{}
+	if s.opts.CPU != "" {
+		// taskset starts java on those CPUs, and every thread java makes inherits them.
+		bin, args = "taskset", []string{"-c", s.opts.CPU, s.java}
+	}
+	cmd := exec.Command(bin, append(args,
 		"-Xmx256m", "-XX:+UseSerialGC", "-XX:-UsePerfData",
 		"-Djava.net.preferIPv4Stack=true",
 		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 		"-Dzookeeper.log.dir="+s.dir,
 		"-cp", cp,
-		"org.apache.zookeeper.server.ZooKeeperServerMain", s.cfgPath)
+		"org.apache.zookeeper.server.ZooKeeperServerMain", s.cfgPath)...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{

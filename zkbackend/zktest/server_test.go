@@ -1,7 +1,10 @@
 package zktest
 
 import (
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +12,7 @@ import (
 
 // A paused and resumed server stops promptly, and restarts on its port.
 func TestLifecycle(t *testing.T) {
-	s := Start(t)
+	s := Start(t, Options{})
 	if err := s.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +37,7 @@ func TestLifecycle(t *testing.T) {
 // A server whose port something else took while it was down starts again once the port is
 // free, within Restart.
 func TestRestartWaitsForItsPort(t *testing.T) {
-	s := Start(t)
+	s := Start(t, Options{})
 	if err := s.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -51,5 +54,35 @@ func TestRestartWaitsForItsPort(t *testing.T) {
 	}
 	if out, err := s.FourLetter("srvr"); err != nil || !strings.Contains(out, "Mode: standalone") {
 		t.Fatalf("after restart: %q %v", out, err)
+	}
+}
+
+// Options reach the server: Fsync its zoo.cfg, CPU the affinity of every thread of its JVM.
+func TestOptions(t *testing.T) {
+	s := Start(t, Options{Fsync: true, CPU: "0"})
+	cfg, err := os.ReadFile(s.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(cfg), "\nforceSync=yes\n") {
+		t.Errorf("zoo.cfg with Fsync:\n%s", cfg)
+	}
+	threads, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", s.PID()))
+	if err != nil || len(threads) < 2 {
+		t.Fatalf("threads of the JVM: %v %v", threads, err)
+	}
+	for _, th := range threads {
+		b, err := os.ReadFile(th)
+		if err != nil {
+			continue // the thread ended
+		}
+		if !strings.Contains(string(b), "Cpus_allowed_list:\t0\n") {
+			t.Errorf("%s is not pinned to CPU 0:\n%s", th, b)
+			break
+		}
+	}
+	plain := Start(t, Options{})
+	if cfg, err := os.ReadFile(plain.cfgPath); err != nil || !strings.Contains(string(cfg), "\nforceSync=no\n") {
+		t.Errorf("zoo.cfg without Fsync: %v\n%s", err, cfg)
 	}
 }
