@@ -53,6 +53,12 @@ func (lw *lossWatch) watch(b *Backend, l fencelock.Lease, lost func(error)) func
 	w := &watched{key: b.Key(l.Name), name: l.Name, owner: l.Owner, token: l.Token, lost: lost}
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
+	if !lw.off {
+		// A Conn that cannot track never will: watch nothing, with no goroutine to find that
+		// out.
+		_, tracks := b.c.(redisconn.Tracker)
+		lw.off = !tracks
+	}
 	if lw.off {
 		return func() {}
 	}
@@ -166,7 +172,8 @@ func (lw *lossWatch) run(b *Backend) {
 			tr.Close()
 		}
 	}()
-	tracker, _ := b.c.(redisconn.Tracker)
+	// watch starts no goroutine for a Conn that cannot track.
+	tracker := b.c.(redisconn.Tracker)
 	var idle time.Time // since when nothing is watched
 	for {
 		lw.mu.Lock()
@@ -189,10 +196,7 @@ func (lw *lossWatch) run(b *Backend) {
 		idle = time.Time{}
 		if tr == nil {
 			var err error
-			if tracker != nil {
-				tr, err = tracker.Track(lw.changed)
-			}
-			if tracker == nil || err != nil {
+			if tr, err = tracker.Track(lw.changed); err != nil {
 				lw.off, lw.keys, lw.due, lw.running = true, nil, nil, false
 				lw.mu.Unlock()
 				return

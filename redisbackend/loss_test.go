@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // A holder learns by push that its lock's key changed under it — deleted, overwritten, flushed,
@@ -204,3 +205,25 @@ func TestLossByPushRefusedFallsBackToRenewals(t *testing.T) {
 		t.Fatalf("a subscription of the refused user is still open: %v", got)
 	}
 }
+
+// A Backend on a Conn that cannot track (such as the rueidis and valkey-go adapters) watches
+// nothing and starts no goroutine for it. One that did, for a watch stopped before it first
+// ran, lingered 2 s, past the leak check of a test binary that had not closed its Backend.
+func TestLossWatchOnAConnThatCannotTrackStartsNothing(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	conn, err := redisconn.Of(srv.ClientT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := redisbackend.New(untracked{conn})
+	defer b.Close()
+	stop := b.WatchLoss(fencelock.Lease{Name: "untracked", Owner: "o", TTL: time.Second, Token: 1}, func(error) {})
+	defer stop()
+	if b.LossWatchRunning() {
+		t.Fatal("a loss watch goroutine runs for a Conn that cannot track")
+	}
+}
+
+// untracked is a Conn without the Tracker of the go-redis Conn it wraps.
+type untracked struct{ redisconn.Conn }
