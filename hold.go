@@ -32,7 +32,7 @@ type hold struct {
 	vctx        context.Context // the context of the Obtain that made the hold, for the observer
 	obtained    time.Time
 	fixedEvery  time.Duration // the renewal interval the caller chose; 0 for TTL/3
-	expiry      *time.Timer   // fires at the deadline; set once, before the hold is shared
+	expiry      *time.Timer   // fires at the deadline; set once, under mu (see newHold)
 
 	mu       sync.Mutex
 	phase    phase
@@ -73,8 +73,16 @@ func (c *Client) newHold(h *hold, r *request, token int64, sent, deadline time.T
 		h.watchAt = sent.Add(watchLossAfter)
 	}
 	h.handles = h.handle0[:0]
-	h.expiry = time.AfterFunc(deadline.Sub(c.now()), h.expire)
+	// The timer may fire before AfterFunc returns to store it: at once when the deadline has
+	// passed meanwhile (the holder's process was stopped after the grant's check), or whenever
+	// the scheduler runs its goroutine first. expire takes mu, so it waits for the store.
+	h.mu.Lock()
+	h.expiry = afterFunc(deadline.Sub(c.now()), h.expire)
+	h.mu.Unlock()
 }
+
+// afterFunc is time.AfterFunc; a test makes its timers fire early.
+var afterFunc = time.AfterFunc
 
 // join adds a handle to a live hold: another hold of the same lock in the store, asked for
 // with ttl. Renewals from now on ask for the longest TTL any hold asked for, so that none

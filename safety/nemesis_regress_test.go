@@ -61,6 +61,8 @@ var nemesisRegressions = []struct {
 	// Found with the client adapters.
 	{"valkey-go adapter: a Subscribe during the subscription connection's reconnect left a keeper on a connection nobody released; the worker hung in Close",
 		"redis-valkey-go", 391410965, 10 * time.Second, "worker failed: 2 (still running 90s after the run); replay: the same"},
+	{"a hold's deadline timer fired before the hold had stored it, and the worker died of a nil timer in hold.end",
+		"redis", 633494415, 10 * time.Second, "worker failed: 1 (the panic) in one full run; fencelock.TestDeadlineTimerThatFiresBeforeItIsStored shows it every time"},
 }
 
 // The seeds of the holes the nemesis found, each replayed for 10 to 40 s: in the long suite, or with
