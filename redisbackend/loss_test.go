@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -49,6 +50,16 @@ func TestLossByPush(t *testing.T) {
 			must(t, rdb.ClientKillByFilter(ctx, "TYPE", "normal").Err())
 			must(t, rdb.Del(ctx, key).Err())
 		}, "deleted"},
+		// The subscription lives on in these two: nothing but the tracking connection ends.
+		{"deleted after the tracking connection alone was killed", func(t *testing.T, ctx context.Context, _ *testserver.Redis, rdb *redis.Client, key string) {
+			must(t, rdb.ClientKillByFilter(ctx, "ID", trackingClient(t, ctx, rdb)).Err())
+			must(t, rdb.Del(ctx, key).Err())
+		}, "deleted"},
+		{"deleted after the server's idle timeout closed the tracking connection", func(t *testing.T, ctx context.Context, _ *testserver.Redis, rdb *redis.Client, key string) {
+			must(t, rdb.ConfigSet(ctx, "timeout", "2").Err()) // seconds; subscribers are spared
+			time.Sleep(3500 * time.Millisecond)
+			must(t, rdb.Del(ctx, key).Err())
+		}, "deleted"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,6 +87,26 @@ func TestLossByPush(t *testing.T) {
 			must(t, rdb.Del(ctx, key).Err())
 		}, "deleted")
 	})
+}
+
+// trackingClient returns the ID of the one client of the server with tracking on.
+func trackingClient(t *testing.T, ctx context.Context, rdb *redis.Client) string {
+	t.Helper()
+	list, err := rdb.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		f := strings.Fields(line)
+		if slices.ContainsFunc(f, func(kv string) bool { return strings.HasPrefix(kv, "flags=") && strings.Contains(kv, "t") }) {
+			ids = append(ids, strings.TrimPrefix(f[0], "id="))
+		}
+	}
+	if len(ids) != 1 {
+		t.Fatalf("clients with tracking on: %v, in\n%s", ids, list)
+	}
+	return ids[0]
 }
 
 // lossByPush holds a lock past the moment its watch starts, runs fault, and wants the hold lost

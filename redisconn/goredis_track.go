@@ -3,6 +3,7 @@ package redisconn
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -296,10 +297,23 @@ func (n *trackNode) connect() (*redis.PubSub, error) {
 	return ps, nil
 }
 
-// hear passes on the invalidations of ps until ps fails or is closed, and ends the pair.
+// trackPing is how long the subscription may stay quiet before the tracking connection is
+// pinged. That connection is idle between reads, and its end would otherwise go unnoticed
+// while the subscription lives: a server's idle timeout closes it (it spares subscribers), as
+// does a CLIENT KILL, and the server then tracks nothing for the session.
+const trackPing = time.Second
+
+// hear passes on the invalidations of ps until ps fails or is closed, or the tracking
+// connection stops answering, and ends the pair.
 func (n *trackNode) hear(ps *redis.PubSub) {
 	for {
-		msg, err := ps.Receive(n.t.ctx)
+		msg, err := ps.ReceiveTimeout(n.t.ctx, trackPing)
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() && n.t.ctx.Err() == nil {
+			if n.answers() {
+				continue
+			}
+			break
+		}
 		if err != nil {
 			// A nil message (the server flushed its keys) fails to parse, and lands here too.
 			break
@@ -317,6 +331,18 @@ func (n *trackNode) hear(ps *redis.PubSub) {
 		n.breakLocked()
 	}
 	n.mu.Unlock()
+}
+
+// answers reports whether the pair's tracking connection answers a PING in time.
+func (n *trackNode) answers() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.tc == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(n.t.ctx, trackPing)
+	defer cancel()
+	return n.tc.Ping(ctx).Err() == nil
 }
 
 var _ Tracker = (*goRedis)(nil)
