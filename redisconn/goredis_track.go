@@ -20,8 +20,9 @@ import (
 // that the caller's connections never change protocol or carry tracking state. Per master it
 // keeps two connections: one subscribed to __redis__:invalidate, and one that reads with
 // CLIENT TRACKING ON REDIRECT to the first. Whatever goes wrong with either — an error, a
-// closed connection, a flush announced by a nil message — ends both, and the next pair starts
-// with changed(nil).
+// closed connection, a flush announced by a nil message, a PING of the reading connection
+// unanswered after a quiet second (see trackPing) — ends both, and the next pair starts with
+// changed(nil).
 func (g *goRedis) Track(changed func(keys []string)) (Tracking, error) {
 	t := &goRedisTracking{changed: changed, nodes: make(map[string]*trackNode)}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
