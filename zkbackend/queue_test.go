@@ -254,7 +254,7 @@ func TestLongWaitKeepsItsPlace(t *testing.T) {
 	}
 	var wg sync.WaitGroup // the waiters, done before the test's context is cancelled
 	defer wg.Wait()
-	var mu sync.Mutex // guards released and grant
+	var mu sync.Mutex // guards released, began and grant
 	released := make(map[int]time.Time)
 	order := make(chan int, 3)
 	hold := func(i int, release func() error) {
@@ -283,8 +283,14 @@ func TestLongWaitKeepsItsPlace(t *testing.T) {
 	// The third waiter calls the backend itself, to see what its grant says.
 	direct := newBackend(dial(t, server.Addr, nil))
 	var grant fencelock.Grant
-	began := time.Now()
+	var began time.Time // guarded by mu
 	wg.Go(func() {
+		// Stamped here, not before wg.Go: the start that Elapsed counts from comes after it,
+		// and a goroutine slow to start would otherwise move began before it by more than the
+		// read comes after the release (seen under load: 4.037s against Elapsed 4.0372s).
+		mu.Lock()
+		began = time.Now()
+		mu.Unlock()
 		g, err := direct.AcquireQueued(ctx, fencelock.Request{Name: name, Owner: "direct", TTL: sessionTimeout})
 		if err != nil {
 			t.Error(err)
