@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +16,7 @@ import (
 // did not leave time for it; Close stops both and waits for them. A Client is safe for
 // concurrent use; create one per backend and share it.
 //
-// Locking: mu guards held, spare and closed. It may be held while a hold's mu is taken.
+// Locking: mu guards held, spare, undoing and closed. It may be held while a hold's mu is taken.
 type Client struct {
 	b       Backend
 	watcher ReleaseWatcher // nil when the backend cannot notify releases
@@ -35,10 +36,18 @@ type Client struct {
 	dog        *watchdog
 	background sync.WaitGroup // clean-up that outlives the call that started it
 
-	mu     sync.Mutex
-	held   map[holdKey]*hold
-	spare  map[holdKey][]string // owners of locks released cleanly, by name (owner "")
-	closed bool
+	mu    sync.Mutex
+	held  map[holdKey]*hold
+	spare map[holdKey][]string // owners of locks released cleanly, by name (owner "")
+	// undoing: the undos in the background, by name (owner ""); done is closed when the last
+	// of them ends
+	undoing map[holdKey]*undos
+	closed  bool
+}
+
+type undos struct {
+	n    int
+	done chan struct{}
 }
 
 type holdKey struct {
@@ -53,6 +62,7 @@ func New(b Backend, opts ...ClientOption) *Client {
 		now:            time.Now,
 		cleanupTimeout: 2 * time.Second,
 		held:           make(map[holdKey]*hold),
+		undoing:        make(map[holdKey]*undos),
 	}
 	c.watcher, _ = b.(ReleaseWatcher)
 	c.queue, _ = b.(Queue)
@@ -117,7 +127,9 @@ func (c *Client) Obtain(ctx context.Context, name string, opts ...Option) (*Lock
 }
 
 // TryObtain makes one attempt to obtain the lock name. It fails with an error matching
-// ErrNotObtained when someone else holds it.
+// ErrNotObtained when someone else holds it. When the Client is still undoing, in the
+// background, an earlier acquisition or release of name (its reply was lost), the attempt
+// waits within ctx for that first: the Client's own leftover is no one else's hold.
 func (c *Client) TryObtain(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	return c.obtain(ctx, name, 0, false, opts)
 }
@@ -225,10 +237,17 @@ func (c *Client) release(ctx context.Context, lease Lease, hold string) (clean b
 // acquisition that may have taken the lock but was not handed out, or a release not confirmed
 // in time. A hold the store does not have is done. The outcome goes to the observer.
 func (c *Client) undo(lease Lease, hold string) {
+	k := holdKey{name: lease.Name, permit: lease.Limit > 0}
 	c.mu.Lock()
 	closed := c.closed
 	if !closed {
 		c.background.Add(1)
+		u := c.undoing[k]
+		if u == nil {
+			u = &undos{done: make(chan struct{})}
+			c.undoing[k] = u
+		}
+		u.n++
 	}
 	c.mu.Unlock()
 	if closed {
@@ -237,6 +256,15 @@ func (c *Client) undo(lease Lease, hold string) {
 	}
 	go func() {
 		defer c.background.Done()
+		defer func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			u := c.undoing[k]
+			if u.n--; u.n == 0 {
+				close(u.done)
+				delete(c.undoing, k)
+			}
+		}()
 		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
 		defer cancel()
 		var err error
@@ -260,6 +288,24 @@ func (c *Client) undo(lease Lease, hold string) {
 		}
 		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err, Owner: lease.Owner})
 	}()
+}
+
+// undone waits, within ctx, until no undo of the name of k is left in the background: a fresh
+// owner's acquisition would otherwise meet what the Client is still undoing of an earlier one,
+// and be refused by its own leftover, or wait behind it in line.
+func (c *Client) undone(ctx context.Context, k holdKey) error {
+	c.mu.Lock()
+	u := c.undoing[k]
+	c.mu.Unlock()
+	if u == nil {
+		return nil
+	}
+	select {
+	case <-u.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the undo of an earlier acquisition or release of %q by this Client: %w", k.name, context.Cause(ctx))
+	}
 }
 
 // undoWaits are the pauses before each try of an undo.

@@ -72,6 +72,11 @@ func (c *Client) obtain(ctx context.Context, name string, limit int, wait bool, 
 			defer cancel()
 		}
 	}
+	if r.fresh {
+		if err := c.undone(ctx, holdKey{name: name, permit: limit > 0}); err != nil {
+			return c.obtained(&r, start, nil, notObtainedBy(err, ctx))
+		}
+	}
 	var lock *Lock
 	var err error
 	switch {
