@@ -64,7 +64,12 @@ func TestFairQueue(t *testing.T) {
 // waitKeys waits until the queue of name has n keys.
 func waitKeys(t *testing.T, cli *clientv3.Client, b *etcdbackend.Backend, name string, n int) {
 	t.Helper()
-	pfx := b.Key(name, "")
+	waitKeysUnder(t, cli, b.Key(name, ""), n)
+}
+
+// waitKeysUnder waits until n keys start with pfx.
+func waitKeysUnder(t *testing.T, cli *clientv3.Client, pfx string, n int) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp, err := cli.Get(context.Background(), pfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -75,7 +80,7 @@ func waitKeys(t *testing.T, cli *clientv3.Client, b *etcdbackend.Backend, name s
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("queue of %q has %d keys, want %d", name, resp.Count, n)
+			t.Fatalf("%d keys under %q, want %d", resp.Count, pfx, n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -268,10 +269,18 @@ func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req fen
 		if len(mine) == 0 || mine[0].CreateRevision != rev {
 			return sent, errWaiterLapsed
 		}
-		if ok, err := holder(append(resp.Responses[0].GetResponseRange().Kvs, mine[0]), rev, req.Limit); err != nil || ok {
+		ahead := resp.Responses[0].GetResponseRange().Kvs
+		if ok, err := holder(append(ahead, mine[0]), rev, req.Limit); err != nil || ok {
 			return sent, err
 		}
-		// Until a key ahead is deleted or changed, any of which may give the waiter its permits.
+		// Until a key ahead is deleted or changed, any of which may give the waiter its permits,
+		// or its own key changes. The keys ahead are all there: no key made later stands
+		// before it. A key behind it, joining or leaving, gives it nothing.
+		watched := make(map[string]bool, len(ahead)+1)
+		for _, kv := range ahead {
+			watched[string(kv.Key)] = true
+		}
+		watched[key] = true
 	events:
 		for {
 			select {
@@ -285,7 +294,7 @@ func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req fen
 					}
 					break events
 				}
-				if len(wr.Events) > 0 {
+				if slices.ContainsFunc(wr.Events, func(ev *clientv3.Event) bool { return watched[string(ev.Kv.Key)] }) {
 					break events
 				}
 			case <-ended:
