@@ -122,14 +122,7 @@ func TestLeaseExpiry(t *testing.T) {
 	}
 	bb, _ := newBackend(t, etcd)
 	b := newLocker(t, bb)
-	got := make(chan *fencelock.Lock, 1)
-	go func() {
-		l, err := b.Obtain(ctx, name)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := later(t, func() (*fencelock.Lock, error) { return b.Obtain(ctx, name) })
 	var store fence.Memory
 	if err := store.Check(name, lockA.Token()); err != nil {
 		t.Fatal(err)

@@ -161,9 +161,14 @@ func testBehindALeavingWaiter(t *testing.T) {
 // obtainLater obtains name through a Client on b in a goroutine, and sends the lock, or nil
 // when the Obtain failed.
 func obtainLater(t *testing.T, ctx context.Context, b *etcdbackend.Backend, name string) <-chan *fencelock.Lock {
+	return later(t, func() (*fencelock.Lock, error) { return newLocker(t, b).Obtain(ctx, name) })
+}
+
+// later runs take in a goroutine, and sends the lock it took, or nil when it failed.
+func later(t *testing.T, take func() (*fencelock.Lock, error)) <-chan *fencelock.Lock {
 	got := make(chan *fencelock.Lock, 1)
 	go func() {
-		l, err := newLocker(t, b).Obtain(ctx, name)
+		l, err := take()
 		if err != nil {
 			t.Error(err)
 		}

@@ -23,14 +23,7 @@ func TestPermitWaiterIsNotWokenByOthersBehindIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *fencelock.Lock, 1)
-	go func() {
-		l, err := newLocker(t, wb).Semaphore(name, 1).Acquire(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := later(t, func() (*fencelock.Lock, error) { return newLocker(t, wb).Semaphore(name, 1).Acquire(ctx) })
 	waitKeysUnder(t, cli, hb.PermitKey(name, ""), 2)
 	time.Sleep(100 * time.Millisecond) // its read is answered, its watch made
 	before := kv.count.Load()
