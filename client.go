@@ -155,7 +155,9 @@ func do(ctx context.Context, fn func(ctx context.Context) error, obtain func() (
 	ferr := fn(lock.Context())
 	stop()
 	lostErr := lock.lostErr()
-	rerr := lock.Release(context.WithoutCancel(ctx))
+	rctx, cancel := afterCall(ctx)
+	rerr := lock.Release(rctx)
+	cancel()
 	switch {
 	case ferr != nil:
 		return ferr
@@ -166,6 +168,44 @@ func do(ctx context.Context, fn func(ctx context.Context) error, obtain func() (
 		return &lostError{reason: rerr}
 	}
 	return rerr
+}
+
+// releaseGrace is how long the release that ends Do or Lead may go on once their context
+// ended: within the slack the README allows past a deadline. A store that answers releases in
+// a millisecond; one that does not leaves the release to the background (see Client.release).
+const releaseGrace = 50 * time.Millisecond
+
+// afterCall returns the context of the release that ends a call under ctx once its function
+// returned: it carries ctx's values, and is not ended by ctx at once, so that a function that
+// returned because ctx ended still has its lock released; but it ends releaseGrace after ctx
+// does, so that the call returns by ctx's deadline plus the slack even when the store does not
+// answer (etcd's client waits for a connection for as long as its context lets it).
+func afterCall(ctx context.Context) (context.Context, context.CancelFunc) {
+	var rctx context.Context
+	var cancel context.CancelFunc
+	if d, ok := ctx.Deadline(); ok {
+		// A deadline too, for store clients that time their reads by it and do not watch
+		// for a cancellation (go-redis with ContextTimeoutEnabled).
+		rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d.Add(releaseGrace))
+	} else {
+		rctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+	}
+	var mu sync.Mutex
+	var grace *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		grace = time.AfterFunc(releaseGrace, cancel)
+		mu.Unlock()
+	})
+	return rctx, func() {
+		stop()
+		mu.Lock()
+		if grace != nil {
+			grace.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
 }
 
 func (c *Client) check(ctx context.Context, name string) error {

@@ -119,3 +119,42 @@ func TestCallsReturnByDeadline(t *testing.T) {
 		returnsBy(t, d, lock.Release)
 	})
 }
+
+// Do and Lead return by their context's deadline when the store stops answering while fn
+// runs: the release after fn is bounded, and what it could not finish goes on in the
+// background. It ran under context.WithoutCancel with no deadline, and waited for the store
+// (etcd's client waits for a connection for ever; go-redis for its read timeout, three times).
+func TestDoAndLeadReturnByDeadline(t *testing.T) {
+	const d = 300 * time.Millisecond
+	stopped := testserver.StartRedis(t)
+	silent := redis.NewClient(&redis.Options{Addr: stopped.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = silent.Close() })
+	// fn stops the store and works until its context ends, as a worker does.
+	fn := func(ctx context.Context) error {
+		if err := stopped.Pause(); err != nil {
+			t.Error(err)
+		}
+		<-ctx.Done()
+		return nil
+	}
+	for _, tc := range []struct {
+		name string
+		call func(c *fencelock.Client, ctx context.Context, name string) error
+	}{
+		{"Do", func(c *fencelock.Client, ctx context.Context, name string) error {
+			return c.Do(ctx, name, fn, fencelock.WithTTL(5*time.Second))
+		}},
+		{"Semaphore.Do", func(c *fencelock.Client, ctx context.Context, name string) error {
+			return c.Semaphore(name, 2).Do(ctx, fn, fencelock.WithTTL(5*time.Second))
+		}},
+		{"Lead", func(c *fencelock.Client, ctx context.Context, name string) error {
+			return c.Election(name, fencelock.WithTTL(5*time.Second)).Lead(ctx, "v", func(ctx context.Context, _ int64) error { return fn(ctx) })
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newLocker(t, silent)
+			defer stopped.Resume()
+			returnsBy(t, d, func(ctx context.Context) error { return tc.call(c, ctx, lockName(t)) })
+		})
+	}
+}

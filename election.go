@@ -159,7 +159,9 @@ func (e *Election) Lead(ctx context.Context, value string, fn func(ctx context.C
 			if err == nil {
 				// Won as ctx ended: a term no one runs would be renewed for as long as the
 				// Client lives, and keep every other contender out.
-				_ = l.Resign(context.WithoutCancel(ctx))
+				rctx, cancel := afterCall(ctx)
+				_ = l.Resign(rctx)
+				cancel()
 			}
 			return ctx.Err()
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
@@ -172,13 +174,16 @@ func (e *Election) Lead(ctx context.Context, value string, fn func(ctx context.C
 			continue
 		}
 		failures = 0
-		tctx, cancel := context.WithCancel(l.Context())
-		stop := context.AfterFunc(ctx, cancel)
-		ferr := fn(tctx, l.Term())
+		// fn runs under the term's own context, which reads the clock: a leader resuming from
+		// a pause past its term sees the loss on its next check, before any timer fires. A
+		// context wrapped around it would not, until the hold's timer ran.
+		stop := context.AfterFunc(ctx, func() { l.lock.lctx.cancel(context.Cause(ctx)) })
+		ferr := fn(l.Context(), l.Term())
 		stop()
-		cancel()
 		lost := l.lock.lostErr()
-		_ = l.Resign(context.WithoutCancel(ctx))
+		rctx, cancel := afterCall(ctx)
+		_ = l.Resign(rctx)
+		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
