@@ -95,6 +95,9 @@ func openStore(raw string) (*store, error) {
 			return nil, exitf(exitUsage, "backend URL %s: want redis+cluster://host:port[,host:port]", s.url)
 		}
 		pass, _ := u.User.Password()
+		if pass == "" && u.User != nil {
+			pass = u.User.Username() // redis+cluster://PASSWORD@host:port, as the help writes it
+		}
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(u.Host, ","), Password: pass, ContextTimeoutEnabled: true})
 		s.useRedis(c)
 	case "etcd", "etcds":

@@ -46,6 +46,20 @@ func TestBackendURLMessages(t *testing.T) {
 	if res := cli(t, 30*time.Second, nil, "--backend", "redis://:sekrit@"+locked.Addr, "status", "x"); res.code != 0 || res.stderr != "" {
 		t.Errorf("the right password: code %d, stderr %q", res.code, res.stderr)
 	}
+	// A Cluster's password, in the form the help gives: redis+cluster://PASSWORD@host:port. It
+	// was read as a user name, and no password was sent.
+	cluster := testserver.StartCluster(t, 3)
+	for _, node := range cluster.Nodes {
+		c := node.Client()
+		err := c.ConfigSet(context.Background(), "requirepass", "sekrit").Err()
+		_ = c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res := cli(t, 30*time.Second, nil, "--backend", "redis+cluster://sekrit@"+cluster.Addrs[0], "status", "x"); res.code != 0 || res.stderr != "" {
+		t.Errorf("a Cluster's password in the form the help gives: code %d, stderr %q", res.code, res.stderr)
+	}
 	// With --json, the error is JSON on stdout, and stderr stays empty.
 	res := cli(t, 30*time.Second, nil, "--backend", "redis://127.0.0.1:1", "status", "--json", "x")
 	var out struct {

@@ -166,6 +166,9 @@ func run(ctx context.Context, g *globals, f *runFlags, name string, argv []strin
 	if err := checkTTL(f.ttl); err != nil {
 		return err
 	}
+	if f.killAfter < 0 {
+		return exitf(exitUsage, "--kill-after %v is negative: give how long after SIGTERM to send SIGKILL, or 0 for never", f.killAfter)
+	}
 	if cmd.Flags().Changed("permits") && f.permits < 1 {
 		return exitf(exitUsage, "-n %d: a semaphore needs at least 1 permit", f.permits)
 	}

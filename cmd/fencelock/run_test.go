@@ -340,6 +340,7 @@ func TestRunBadInput(t *testing.T) {
 		{[]string{"run", "", "--", "true"}, env, exitUsage},
 		{[]string{"run", strings.Repeat("n", maxNameLen+1), "--", "true"}, env, exitUsage},
 		{[]string{"run", "--ttl", "1ms", "x", "--", "true"}, env, exitUsage},
+		{[]string{"run", "--kill-after", "-1s", "x", "--", "true"}, env, exitUsage},
 		{[]string{"run", "x", "--", "/nonexistent/command"}, env, exitNotFound},
 		{[]string{"run", "x", "--", notExec}, env, exitNoExec},
 		{[]string{"--backend", "mongodb://127.0.0.1", "run", "x", "--", "true"}, nil, exitUsage},
