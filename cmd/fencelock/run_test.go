@@ -485,3 +485,27 @@ func TestRedlockURL(t *testing.T) {
 		t.Fatalf("doctor with a server listed twice: %d %q", res.code, res.stdout)
 	}
 }
+
+// A Redis out of memory under noeviction is a backend failure that may pass, not bad input:
+// run exits 125, not 2 ("fix the URL"), and with --wait it waits on before it does.
+func TestRunOnAServerOutOfMemory(t *testing.T) {
+	r, env := redisEnv(t)
+	rdb := r.ClientT(t)
+	ctx := context.Background()
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1mb"}} {
+		if kv[0] == "maxmemory" {
+			if err := rdb.Set(ctx, "ballast", strings.Repeat("x", 1<<20), 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := rdb.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"run", "oom", "--", "true"}, {"run", "--wait", "300ms", "oom", "--", "true"}} {
+		res := cli(t, 30*time.Second, env, args...)
+		if res.code != exitFailure || !strings.Contains(res.stderr, "out of memory") {
+			t.Errorf("%q on a full server: code %d (want %d), stderr %q", args, res.code, exitFailure, res.stderr)
+		}
+	}
+}

@@ -11,7 +11,7 @@ import (
 )
 
 // transient are the Redis error replies that may pass: a failover, a reshard, a restart.
-var transient = []string{"READONLY", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "MOVED", "ASK", "BUSY", "NOREPLICAS"}
+var transient = []string{"READONLY", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "MOVED", "ASK", "BUSY", "NOREPLICAS", "OOM"}
 
 // Classify wraps err with the fencelock error that says what to do about it: an error reply
 // that may pass, or any failure to reach the server, matches ErrUnavailable; a refusal that
@@ -25,8 +25,13 @@ func Classify(err error) error {
 	r := &reply{msg: scriptSuffix.ReplaceAllString(se.Msg, ""), err: err}
 	for _, p := range transient {
 		if strings.HasPrefix(se.Msg, p) {
-			if p == "READONLY" {
+			switch p {
+			case "READONLY":
 				return fmt.Errorf("%w: the server is a read-only replica: %w", fencelock.ErrUnavailable, r)
+			case "OOM":
+				// Under noeviction (the policy fencelock wants) a full server refuses writes
+				// until memory is freed: that passes, as a failover does.
+				return fmt.Errorf("%w: the server is out of memory (maxmemory): %w", fencelock.ErrUnavailable, r)
 			}
 			return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, r)
 		}
