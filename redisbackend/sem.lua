@@ -96,9 +96,14 @@ end
 
 -- sem_handover gives free permits to the live waiters first in line, in order, for as long as
 -- they fit (none passes one before it), and tells each waiter's client on
--- <permits>:g:<client> as 'g <token> <owner>'. It stops at a live place of a client that
--- takes no hand-over (the announcement of the release tells that one), and at a waiter of
--- another limit (its next attempt says so). It returns nil, or an error message.
+-- <permits>:g:<client> as 'g <token> <hold> <owner>': the hold the permit was given to, of the
+-- owner's waiters that share its place (goroutines under one WithOwner), so that one of them
+-- alone takes it, and the others enter it at their next attempt. (Clients before December
+-- 2026 read 'g <token> <owner>', and take this for another owner's: they learn of the grant at
+-- their next attempt.) It stops at a live place of a client that takes no hand-over (the
+-- announcement of the release tells that one), and at a waiter of another limit (its next
+-- attempt says so). A place whose owner holds a permit already is dropped: its waiter enters
+-- that permit at its next attempt. It returns nil, or an error message.
 local function sem_handover(permits, expiries, fence, line, places, retention, publish, now)
   if redis.call('EXISTS', line) == 0 then
     return nil
@@ -125,21 +130,24 @@ local function sem_handover(permits, expiries, fence, line, places, retention, p
       end
       w, l, handed, n = tonumber(w), tonumber(l), tonumber(handed), tonumber(n)
       limit = limit or l
-      if l ~= limit or used + w > limit then
-        return nil
+      if redis.call('HEXISTS', permits, 'o:' .. m) == 0 then
+        if l ~= limit or used + w > limit then
+          return nil
+        end
+        local token, s = next_token(fence, math.max(tonumber(retention), handed))
+        if not token then
+          return s
+        end
+        local hold = string.sub(rest, 1, n)
+        local h = {}
+        h[hold] = w
+        redis.call('HSET', permits, 'limit', limit, 'o:' .. m, cjson.encode({t = s, c = 1, w = w, h = h, m = string.sub(rest, n + 1)}))
+        redis.call('HINCRBY', permits, 'used', w)
+        used = used + w
+        redis.call('ZADD', expiries, now + handed + 1, m)
+        sem_keep({permits, expiries}, now, now + handed + 1)
+        redis.call(publish, permits .. ':g:' .. client, 'g ' .. s .. ' ' .. hold .. ' ' .. m)
       end
-      local token, s = next_token(fence, math.max(tonumber(retention), handed))
-      if not token then
-        return s
-      end
-      local h = {}
-      h[string.sub(rest, 1, n)] = w
-      redis.call('HSET', permits, 'limit', limit, 'o:' .. m, cjson.encode({t = s, c = 1, w = w, h = h, m = string.sub(rest, n + 1)}))
-      redis.call('HINCRBY', permits, 'used', w)
-      used = used + w
-      redis.call('ZADD', expiries, now + handed + 1, m)
-      sem_keep({permits, expiries}, now, now + handed + 1)
-      redis.call(publish, permits .. ':g:' .. client, 'g ' .. s .. ' ' .. m)
     end
     redis.call('ZREM', line, m)
     redis.call('HDEL', places, m)

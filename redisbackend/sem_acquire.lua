@@ -10,7 +10,9 @@
 -- TTL in ms a hand-over gives this waiter (its holder's first renewal extends it)
 -- Returns {1, token, count} when the owner holds its permits after the call,
 --         {0, pttl, last} when it does not: the time left of the first permit to expire, or -1
---         when enough permits are free but promised to waiters ahead in line; and the last
+--         when the first waiter ahead in line fits in the permits free, and takes them at its
+--         next attempt (a waiter ahead that does not fit waits, as this one does, for a
+--         release, which hands over to both in turn, or for the first permit to expire); the last
 --         token issued for the semaphore (a hand-over announced with a token up to last was
 --         made before this call, and is gone by now),
 --         {-1, limit} when permits are held under another limit,
@@ -57,7 +59,7 @@ end
 -- First come, first served: the free permits go to the live places ahead of this one first,
 -- and this one takes its permits only if they fit after theirs.
 local free = limit - tonumber(redis.call('HGET', KEYS[1], 'used') or '0')
-local ahead, i = 0, 0
+local ahead, i, soon = 0, 0, false
 while ahead + weight <= free do
   local m = redis.call('ZRANGE', KEYS[4], i, i)[1]
   if not m or m == owner then
@@ -66,6 +68,9 @@ while ahead + weight <= free do
   local e = redis.call('HGET', KEYS[5], m) or ''
   local lapse, w = string.match(e, '^(%d+) (%d+)')
   if lapse and tonumber(lapse) > now then
+    if i == 0 then
+      soon = tonumber(w) <= free
+    end
     ahead = ahead + tonumber(w)
     i = i + 1
   else
@@ -99,7 +104,7 @@ if life > 0 then
   sem_keep({KEYS[4], KEYS[5]}, now, now + life)
 end
 local last = tonumber(redis.call('GET', KEYS[3]) or '0')
-if weight <= free then
+if soon then
   return {0, -1, last}
 end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2]

@@ -99,6 +99,9 @@ func parsePermit(rec string) (permitRecord, error) {
 // life is positive (and to which a release hands permits over for handed): a grant and when
 // the attempt was sent, or a *fencelock.HeldError, with what the attempt saw in seen.
 func (b *Backend) permitAttempt(ctx context.Context, req fencelock.Request, life, handed time.Duration, seen *attemptSeen) (fencelock.Grant, time.Time, error) {
+	if err := checkPermit(req); err != nil {
+		return fencelock.Grant{}, time.Now(), err
+	}
 	keys := b.semKeys(req.Name)
 	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, req.Limit, life.Milliseconds(), max(req.Weight, 1), b.id, handed.Milliseconds()}
 	sent := time.Now()
@@ -154,14 +157,18 @@ func (b *Backend) waitForPermit(ctx context.Context, req fencelock.Request) (fen
 	seen := attemptSeen{sent: start}
 	granted := make(chan int64, 1)
 	w := releasewatch.NewWaiter()
+	hold := semHold(req.Hold)
 	w.Message = func(payload string) bool {
-		// 'g <token> <owner>': a release handed a permit to that waiter of this Backend.
+		// 'g <token> <hold> <owner>': a release handed a permit to that hold of this Backend's
+		// waiters. The owner's other waiters (goroutines under one WithOwner share a place)
+		// wake to enter the permit it now holds.
 		rest, _ := strings.CutPrefix(payload, "g ")
-		tok, who, _ := strings.Cut(rest, " ")
+		tok, rest, _ := strings.Cut(rest, " ")
+		to, who, _ := strings.Cut(rest, " ")
 		if who != req.Owner {
 			return false
 		}
-		if t, err := strconv.ParseInt(tok, 10, 64); err == nil {
+		if t, err := strconv.ParseInt(tok, 10, 64); err == nil && to == hold {
 			select {
 			case granted <- t:
 			default:
@@ -230,6 +237,28 @@ func (b *Backend) handedPermit(ctx context.Context, req fencelock.Request, g fen
 		return b.permitWaited(ctx, req, confirmed, start, sent, err)
 	}
 	return b.permitWaited(ctx, req, g, start, sent, nil)
+}
+
+// semHold is a hold ID as the semaphore scripts record it (sem_hold): '-' for none.
+func semHold(id string) string {
+	if id == "" {
+		return "-"
+	}
+	return id
+}
+
+// maxLimit is the largest limit the semaphore scripts count exactly: Lua numbers are doubles.
+const maxLimit = 1 << 53
+
+// checkPermit says why req cannot ask for a permit at all.
+func checkPermit(req fencelock.Request) error {
+	switch {
+	case req.Limit > maxLimit:
+		return fmt.Errorf("%w: semaphore %q: limit %d: the Redis backend counts permits exactly up to 2^53", fencelock.ErrInvalid, req.Name, req.Limit)
+	case strings.ContainsRune(req.Hold, ' '):
+		return fmt.Errorf("%w: hold ID %q contains a space", fencelock.ErrInvalid, req.Hold)
+	}
+	return nil
 }
 
 // pttlOf is what waitFor wants of a full semaphore: the first permit's time left in ms, or -1

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,4 +179,129 @@ func TestPermitReleaseHandsOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// A waiter behind a weighted waiter that does not fit in the permits free waits, as the one
+// ahead does, for a release (which hands over to both in turn) or for the first permit's TTL:
+// it does not poll. It ran its script every 50–70 ms while nothing was released, taking the
+// free permits for ones promised to the waiter ahead: four readers behind a waiting writer ran
+// 66 scripts a second.
+func TestPermitWaiterBehindAWeightedOneDoesNotPoll(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		limit, ahead   int // the weight of the waiter ahead of the others
+		behind, weight int // how many wait behind it, each for weight permits
+	}{
+		{"one permit behind three", 3, 3, 1, 1},
+		{"readers behind a writer", fencelock.RWReaders, fencelock.RWReaders, 4, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			r := testserver.StartRedis(t)
+			rdb := r.ClientT(t)
+			b := redisbackend.New(rdb)
+			c := fencelock.New(b, fencelock.WithDefaults(fencelock.WithTTL(10*time.Second)))
+			defer c.Close()
+			name := "sem-no-poll"
+			sem := c.Semaphore(name, tc.limit)
+			held, err := sem.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Release(ctx)
+			wctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1+tc.behind)
+			wait := func(weight int) {
+				p, err := sem.Acquire(wctx, fencelock.WithWeight(weight))
+				if err == nil {
+					_ = p.Release(ctx)
+					err = errors.New("a waiter got permits while they were held")
+				}
+				done <- err
+			}
+			go wait(tc.ahead)
+			waitForLine(t, ctx, b, name, 1)
+			for range tc.behind {
+				go wait(tc.weight)
+			}
+			waitForLine(t, ctx, b, name, 1+tc.behind)
+			before := scriptCalls(t, ctx, rdb)
+			time.Sleep(time.Second) // the window in which nothing is released
+			ran := scriptCalls(t, ctx, rdb) - before
+			stop()
+			for range 1 + tc.behind {
+				if err := <-done; !errors.Is(err, context.Canceled) {
+					t.Errorf("a waiter: %v, want context.Canceled", err)
+				}
+			}
+			// Each waiter renews its place a third of its life (5 s) apart: none is due.
+			if ran > int64(1+tc.behind) {
+				t.Fatalf("%d waiters ran %d scripts in a second in which nothing was released", 1+tc.behind, ran)
+			}
+		})
+	}
+}
+
+// waitForLine waits until the semaphore name has n waiters in line.
+func waitForLine(t *testing.T, ctx context.Context, b *redisbackend.Backend, name string, n int) {
+	t.Helper()
+	for {
+		info, err := b.InspectSemaphore(ctx, name)
+		if err == nil && info.Waiting == n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the line of %q never had %d waiters: %+v, %v", name, n, info, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// scriptCalls is how many scripts the server has run.
+func scriptCalls(t *testing.T, ctx context.Context, rdb *redis.Client) int64 {
+	t.Helper()
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				calls, _, _ := strings.Cut(rest, ",")
+				v, err := strconv.ParseInt(calls, 10, 64)
+				if err != nil {
+					t.Fatalf("commandstats: %q: %v", line, err)
+				}
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+// Limits above 2^53 are refused: the scripts count permits in Lua numbers, doubles, in which
+// 2^53+1 and 2^53+2 are one limit, so callers that disagree on them would have agreed.
+func TestSemaphoreLimitAbove2To53IsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := fencelock.New(redisbackend.New(testserver.StartRedis(t).ClientT(t)))
+	defer c.Close()
+	const exact = 1 << 53
+	for _, limit := range []int{exact + 1, exact + 2} {
+		p, err := c.Semaphore("sem-huge", limit).TryAcquire(ctx)
+		if !errors.Is(err, fencelock.ErrInvalid) {
+			if p != nil {
+				defer p.Release(ctx)
+			}
+			t.Errorf("a permit of a semaphore of %d: %v, want ErrInvalid", limit, err)
+		}
+	}
+	p, err := c.Semaphore("sem-huge", exact).TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("a permit of a semaphore of 2^53: %v", err)
+	}
+	_ = p.Release(ctx)
 }
