@@ -81,9 +81,16 @@ func New(b Backend, opts ...ClientOption) *Client {
 	return c
 }
 
-// Close stops the watchdog and the Client's clean-up, and waits until they are gone: at most
-// the cleanup timeout (WithCleanupTimeout). Locks still held are not released: their contexts
-// end with ErrLost and the store lets them expire. Close is idempotent.
+// Close stops the watchdog, releases the locks the Client still holds, and waits until that
+// and the Client's other clean-up are done: at most the cleanup timeout (WithCleanupTimeout).
+// The contexts of the locks still held end first, with an error matching ErrLost and
+// ErrClosed; then their holds are released in the store, so that the next contender gets the
+// name at once. This matters most on etcd and ZooKeeper, whose Backend keeps its session (and
+// with it every key or node of it) alive for as long as the Backend is open: a lock the Client
+// left there would be held for no one until the Backend closed. A hold whose release does not
+// succeed within the cleanup timeout is left to expire with its TTL, or with the Backend's
+// session. Close does not close the Backend, which may serve other Clients. Close is
+// idempotent.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
@@ -101,10 +108,28 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	c.dog.close()
 	for _, h := range holds {
-		h.lose(ErrClosed)
+		lease := h.lease()
+		if handles := h.loseHandles(ErrClosed); len(handles) > 0 {
+			c.releaseAll(lease, handles)
+		}
 	}
 	c.background.Wait()
 	return nil
+}
+
+// releaseAll releases, in the background, the holds of lease that the handles had when the
+// Client closed.
+func (c *Client) releaseAll(lease Lease, handles []*lockContext) {
+	c.background.Add(1)
+	go func() {
+		defer c.background.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
+		defer cancel()
+		for _, lc := range handles {
+			err := c.releaseHold(ctx, lease, lc.id)
+			c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err, Owner: lease.Owner})
+		}
+	}()
 }
 
 // Inspect reports the state of the lock name as the backend sees it.
@@ -307,27 +332,32 @@ func (c *Client) undo(lease Lease, hold string) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
 		defer cancel()
-		var err error
-		// A few tries, spaced out: a store that cannot be reached now is often busy, and a
-		// flood of clean-up would keep it so. What is left expires with its TTL.
-		for _, wait := range undoWaits {
-			if !pause(ctx, wait) {
-				if err == nil {
-					err = context.Cause(ctx)
-				}
-				break
-			}
-			_, err = c.b.Release(ctx, lease, hold)
-			if err == nil || errors.Is(err, ErrNotHeld) {
-				err = nil
-				break
-			}
-			if errors.Is(err, ErrInvalid) {
-				break
-			}
-		}
+		err := c.releaseHold(ctx, lease, hold)
 		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err, Owner: lease.Owner})
 	}()
+}
+
+// releaseHold ends one hold in the store for clean-up, within ctx: a few tries, spaced out,
+// since a store that cannot be reached now is often busy, and a flood of clean-up would keep
+// it so. A hold the store does not have is done. What is left expires with its TTL.
+func (c *Client) releaseHold(ctx context.Context, lease Lease, hold string) error {
+	var err error
+	for _, wait := range undoWaits {
+		if !pause(ctx, wait) {
+			if err == nil {
+				err = context.Cause(ctx)
+			}
+			return err
+		}
+		_, err = c.b.Release(ctx, lease, hold)
+		if err == nil || errors.Is(err, ErrNotHeld) {
+			return nil
+		}
+		if errors.Is(err, ErrInvalid) {
+			return err
+		}
+	}
+	return err
 }
 
 // undone waits, within ctx, until no undo of the name of k is left in the background: a fresh

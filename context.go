@@ -16,6 +16,7 @@ type lockContext struct {
 	context.Context // WithCancelCause(WithoutCancel(the context given to Obtain))
 	cancelCause     context.CancelCauseFunc
 	h               *hold
+	id              string // the hold ID of its Lock, for a release when the Client closes
 }
 
 // lockContextKey is the context value key under which a lock context answers with itself, so
@@ -23,9 +24,9 @@ type lockContext struct {
 // looking it up allocates nothing.
 type lockContextKey struct{}
 
-func (c *lockContext) init(parent context.Context, h *hold) {
+func (c *lockContext) init(parent context.Context, h *hold, id string) {
 	c.Context, c.cancelCause = context.WithCancelCause(context.WithoutCancel(parent))
-	c.h = h
+	c.h, c.id = h, id
 }
 
 func (c *lockContext) Deadline() (time.Time, bool) { return time.Time{}, false }

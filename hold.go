@@ -241,11 +241,14 @@ func (h *hold) retrySoon() {
 }
 
 // lose ends a live hold as lost, with reason.
-func (h *hold) lose(reason error) {
+func (h *hold) lose(reason error) { h.loseHandles(reason) }
+
+// loseHandles is lose; it returns the handles it ended, none when the hold had ended before.
+func (h *hold) loseHandles(reason error) []*lockContext {
 	h.mu.Lock()
 	if h.phase != live {
 		h.mu.Unlock()
-		return
+		return nil
 	}
 	h.phase = lost
 	h.cause = &lostError{reason: reason}
@@ -255,15 +258,17 @@ func (h *hold) lose(reason error) {
 	for _, lc := range handles {
 		lc.cancel(h.cause)
 	}
-	h.c.emit(Event{Kind: EventLost, Name: h.name, Token: h.token, Duration: h.c.now().Sub(h.obtained), Err: h.cause, Owner: h.owner, Context: h.vctx})
+	h.c.emit(Event{Kind: EventLost, Name: h.name, Token: h.token, Duration: h.c.now().Sub(h.obtained), Err: h.cause, Owner: h.owner, Context: h.vctx, Holds: len(handles)})
 	if h.onLost != nil {
 		h.onLost(h.name, h.cause)
 	}
+	return handles
 }
 
 // drop releases the handle ctx. When it was the last, the hold ends as released, and drop
-// returns the renewal in flight, if any, for Release to wait for.
-func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}) {
+// returns the renewal in flight, if any, for Release to wait for. wasLost says the hold was lost
+// before: its EventLost counted this handle.
+func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}, wasLost bool) {
 	h.mu.Lock()
 	for i, lc := range h.handles {
 		if lc == ctx {
@@ -273,9 +278,10 @@ func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}) {
 	}
 	h.refs--
 	if h.refs > 0 || h.phase != live {
+		wasLost = h.phase == lost
 		h.mu.Unlock()
 		ctx.cancel(releasedError{})
-		return nil
+		return nil, wasLost
 	}
 	h.phase = released
 	h.cause = releasedError{}
@@ -287,7 +293,7 @@ func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}) {
 	for _, lc := range handles {
 		lc.cancel(releasedError{})
 	}
-	return renewing
+	return renewing, false
 }
 
 // end stops the timer and takes the handles, as the hold ends; h.mu is held.

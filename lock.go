@@ -211,9 +211,11 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		l.c.emit(Event{Kind: EventRenewed, Name: h.name, Token: h.token, Duration: l.c.now().Sub(sent), Owner: h.owner, Context: ctx})
 		return nil
 	case errors.Is(err, ErrNotHeld):
+		l.c.emit(Event{Kind: EventRenewFailed, Name: h.name, Token: h.token, Duration: l.c.now().Sub(sent), Err: err, Owner: h.owner, Context: ctx})
 		h.lose(err)
 		return err
 	default:
+		l.c.emit(Event{Kind: EventRenewFailed, Name: h.name, Token: h.token, Duration: l.c.now().Sub(sent), Err: err, Owner: h.owner, Context: ctx})
 		if moved {
 			l.c.dog.rescheduled(h, renewAt)
 		}
@@ -241,7 +243,8 @@ func (l *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: released already", ErrNotHeld)
 	}
 	h := l.h
-	if renewing := h.drop(&l.lctx); renewing != nil {
+	renewing, lost := h.drop(&l.lctx)
+	if renewing != nil {
 		select {
 		case <-renewing:
 		case <-ctx.Done():
@@ -250,7 +253,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	sent := l.c.now()
 	clean, err := l.c.release(ctx, h.lease(), l.hold)
 	now := l.c.now()
-	l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: now.Sub(h.obtained), Err: err, Owner: h.owner, Context: ctx, Took: now.Sub(sent)})
+	l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: now.Sub(h.obtained), Err: err, Owner: h.owner, Context: ctx, Took: now.Sub(sent), Lost: lost})
 	if clean && l.c.reuse {
 		// After the event: an observer sees this lock released before a next one under its
 		// owner is obtained.

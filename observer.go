@@ -18,20 +18,24 @@ const (
 	// EventNotObtained: Obtain or TryObtain gave up; Err says why.
 	EventNotObtained
 	// EventWaited: a waiter woke up, by a release notification or its timer; Duration is how
-	// long it slept.
+	// long it slept. A call waiting in a backend's line (Redis, etcd, ZooKeeper) wakes once,
+	// when the line grants it the lock: Duration is then its time in line.
 	EventWaited
 	// EventRenewed: the watchdog or Refresh extended a lock; Duration is the round trip.
 	EventRenewed
-	// EventRenewFailed: a renewal's outcome is unknown; the watchdog tries again until the
-	// validity deadline.
+	// EventRenewFailed: a renewal failed. Its outcome is unknown, and the watchdog tries again
+	// until the validity deadline; or, for a Refresh (Context is set), the store refused it
+	// too: Err matches ErrNotHeld, and an EventLost follows.
 	EventRenewFailed
-	// EventLost: a held lock was lost; Err says why.
+	// EventLost: a held lock was lost; Err says why, and Holds how many Obtain calls' locks it
+	// ended (their handles not yet released).
 	EventLost
 	// EventReleased: a hold was released; Duration is how long it was held.
 	EventReleased
 	// EventCleanup: an acquisition that may have reached the store but was not handed out (its
-	// reply was lost, or came too late) was undone in the background; Err is set when the undo
-	// failed too, and the lock then expires by its TTL.
+	// reply was lost, or came too late) was undone in the background, or a release not
+	// confirmed in time was finished there, or a hold the Client had when it closed was
+	// released; Err is set when that failed too, and the lock then expires by its TTL.
 	EventCleanup
 	// EventWaiting: an Obtain (or a semaphore's Acquire) begins to wait, once per call: its
 	// first attempt found the lock held, or could not reach the store and will try again (in
@@ -90,6 +94,13 @@ type Event struct {
 	// and came to it on a release or an expiry: an attempt found it held, or the backend's
 	// line granted it after a wait behind another holder.
 	Handover bool
+	// Holds is, for EventLost, how many locks obtained (one per Obtain, re-entries included)
+	// the loss ended: the handles not released before it. Each is released later, with Lost
+	// set on its EventReleased; a gauge of locks held counts them out at the loss.
+	Holds int
+	// Lost is set on the EventReleased of a lock lost before it was released: the loss's
+	// EventLost counted it out already.
+	Lost bool
 }
 
 // Outcome names how an Obtain or TryObtain ended, for a metric's label: "obtained", "held"

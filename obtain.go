@@ -30,6 +30,7 @@ type request struct {
 	// waited: the call told EventWaiting; held: an attempt found the lock held by another, or
 	// the line granted it after a wait
 	waited, held bool
+	waitedAt     time.Time // when it told EventWaiting
 }
 
 func (c *Client) obtain(ctx context.Context, name string, limit int, wait bool, opts []Option) (*Lock, error) {
@@ -160,7 +161,7 @@ func (c *Client) waitForRelease(ctx context.Context, r *request) (*Lock, error) 
 // waiting tells the observer, once per call, that r begins to wait.
 func (c *Client) waiting(r *request) {
 	if !r.waited {
-		r.waited = true
+		r.waited, r.waitedAt = true, c.now()
 		c.emit(Event{Kind: EventWaiting, Name: r.name, Owner: r.owner, Context: r.vctx})
 	}
 }
@@ -188,6 +189,10 @@ func (c *Client) attempt(ctx context.Context, r *request, queue Queue) (*Lock, e
 	var lock *Lock
 	if err == nil {
 		r.held = r.held || g.Waited // granted from the line after a wait
+		if g.Waited && r.waited {
+			// The line's one wake: the grant, after its time in line.
+			c.emit(Event{Kind: EventWaited, Name: r.name, Duration: c.now().Sub(r.waitedAt), Owner: r.owner, Context: r.vctx})
+		}
 		lock, err = c.grant(r, hold, start, g)
 	} else if held := (*HeldError)(nil); errors.As(err, &held) {
 		r.held = true
@@ -277,7 +282,7 @@ func (c *Client) grant(r *request, holdID string, start time.Time, g Grant) (*Lo
 		}
 	}
 	*l = Lock{c: c, h: h, hold: holdID, count: g.Count}
-	l.lctx.init(r.vctx, h)
+	l.lctx.init(r.vctx, h, holdID)
 	if !h.attach(&l.lctx) {
 		// Lost between join and attach: the hold in the store is useless now.
 		l.released.Store(true)

@@ -20,6 +20,7 @@ func RunElection(t *testing.T, target Target) {
 	t.Run("LossEndsLeadership", s.electLoss)
 	t.Run("LeadCampaignsAgainAfterLoss", s.electLeadAgain)
 	t.Run("LeadReturnsWhatFnReturns", s.electLeadReturns)
+	t.Run("CloseResigns", s.electCloseResigns)
 }
 
 // One contender leads at a time; the next one leads when it resigns, with a greater term, and

@@ -22,6 +22,7 @@ func RunRWLock(t *testing.T, target Target) {
 	t.Run("Reentry", s.rwReentry)
 	t.Run("CrashedWriterLockReturns", s.rwCrashedWriter)
 	t.Run("Listed", s.rwListed)
+	t.Run("OneOwnerReadsTwice", s.rwOneOwnerReadsTwice)
 }
 
 // A permit of weight k takes k permits, a waiter of weight k is not passed by later ones that

@@ -29,6 +29,10 @@ func RunSemaphore(t *testing.T, target Target) {
 	t.Run("WaitContextEndsLeavesLine", s.semWaitContextEnds)
 	t.Run("BadInput", s.semBadInput)
 	t.Run("List", s.semList)
+	t.Run("OneOwnerWaitsTwice", s.semOneOwnerWaitsTwice)
+	t.Run("DisagreeingLimits", s.semDisagreeingLimits)
+	t.Run("ContextEndsInFlight", s.semContextEndsInFlight)
+	t.Run("CloseReleases", s.semCloseReleases)
 }
 
 // The limit is honoured, permits have tokens that increase, and a released permit goes to

@@ -62,6 +62,8 @@ func Run(t *testing.T, target Target) {
 	t.Run("TokensIncrease", s.tokensIncrease)
 	t.Run("Inspect", s.inspect)
 	t.Run("BadInput", s.badInput)
+	t.Run("CloseReleases", s.closeReleases)
+	t.Run("ContextEndsInFlight", s.contextEndsInFlight)
 }
 
 type suite struct{ Target }

@@ -352,11 +352,12 @@ func TestQueueAfterExpiry(t *testing.T) {
 	rdb := testserver.StartRedis(t).ClientT(t)
 	b := redisbackend.New(rdb)
 	holder := fencelock.New(b)
+	defer holder.Close()
 	const name = "expiry"
+	// Never renewed nor released: it expires, as a holder's that died would.
 	if _, err := holder.Obtain(ctx, name, fencelock.WithTTL(300*time.Millisecond), fencelock.WithWatchdog(false)); err != nil {
 		t.Fatal(err)
 	}
-	holder.Close() // gone without releasing
 	start := time.Now()
 	w1, w2 := fencelock.New(redisbackend.New(rdb)), fencelock.New(redisbackend.New(rdb))
 	defer w1.Close()

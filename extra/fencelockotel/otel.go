@@ -36,11 +36,13 @@ type Observer struct {
 	backend attribute.KeyValue
 
 	obtain   metric.Float64Histogram
+	waited   metric.Float64Histogram
 	hold     metric.Float64Histogram
 	holding  metric.Int64UpDownCounter
 	renewals metric.Int64Counter
 	losses   metric.Int64Counter
 	releases metric.Int64Counter
+	cleanups metric.Int64Counter
 	waiters  metric.Int64UpDownCounter
 	handover metric.Int64Counter
 }
@@ -87,11 +89,14 @@ func New(opts ...Option) (*Observer, error) {
 	obs.obtain, err = meter.Float64Histogram("fencelock.obtain.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time from an Obtain or TryObtain call to its return, waiting included, by outcome."))
 	add(err)
+	obs.waited, err = meter.Float64Histogram("fencelock.wait.duration", metric.WithUnit("s"),
+		metric.WithDescription("How long a waiter slept before it was woken, by a release or its timer, and tried again; for a wait in a backend's line, its time in line until the grant."))
+	add(err)
 	obs.hold, err = meter.Float64Histogram("fencelock.hold.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long a lock was held, by how it ended: released or lost."))
 	add(err)
 	obs.holding, err = meter.Int64UpDownCounter("fencelock.locks.held", metric.WithUnit("{lock}"),
-		metric.WithDescription("Locks obtained and not yet released (a lost lock counts until its Release)."))
+		metric.WithDescription("Locks obtained and not yet released or lost (a reentrant hold counts once per Obtain; a lost lock counts out at its loss)."))
 	add(err)
 	obs.renewals, err = meter.Int64Counter("fencelock.renewals", metric.WithUnit("{renewal}"),
 		metric.WithDescription("Renewals by the watchdog or Refresh, by result."))
@@ -101,6 +106,9 @@ func New(opts ...Option) (*Observer, error) {
 	add(err)
 	obs.releases, err = meter.Int64Counter("fencelock.releases", metric.WithUnit("{release}"),
 		metric.WithDescription("Releases, by result."))
+	add(err)
+	obs.cleanups, err = meter.Int64Counter("fencelock.cleanups", metric.WithUnit("{cleanup}"),
+		metric.WithDescription("Acquisitions that may have reached the store but were not handed out, and locks a closing Client held, released in the background, by result: ok, or failed (the lock expires by its TTL)."))
 	add(err)
 	obs.waiters, err = meter.Int64UpDownCounter("fencelock.waiters", metric.WithUnit("{call}"),
 		metric.WithDescription("Obtain calls waiting now: their first attempt found the lock held, or they wait in a backend's line behind another holder."))
@@ -141,6 +149,14 @@ func (o *Observer) Observe(e fencelock.Event) {
 			attribute.Bool("fencelock.waited", e.Waited), attribute.Bool("fencelock.handover", e.Handover))
 	case fencelock.EventWaiting:
 		o.waiters.Add(ctx, 1, at())
+	case fencelock.EventWaited:
+		o.waited.Record(ctx, e.Duration.Seconds(), at())
+	case fencelock.EventCleanup:
+		result := "ok"
+		if e.Err != nil {
+			result = "failed"
+		}
+		o.cleanups.Add(ctx, 1, at(attribute.String("fencelock.result", result)))
 	case fencelock.EventRenewed, fencelock.EventRenewFailed:
 		result := "ok"
 		if e.Kind == fencelock.EventRenewFailed {
@@ -154,6 +170,7 @@ func (o *Observer) Observe(e fencelock.Event) {
 		c := e.Cause()
 		o.losses.Add(ctx, 1, at(attribute.String("fencelock.cause", c)))
 		o.hold.Record(ctx, e.Duration.Seconds(), at(attribute.String("fencelock.end", "lost")))
+		o.holding.Add(ctx, -int64(e.Holds), at())
 		o.span(ctx, e, "fencelock.Lost", now, now, true, attribute.String("fencelock.cause", c))
 	case fencelock.EventReleased:
 		result := e.Result()
@@ -161,7 +178,9 @@ func (o *Observer) Observe(e fencelock.Event) {
 			o.hold.Record(ctx, e.Duration.Seconds(), at(attribute.String("fencelock.end", "released")))
 		}
 		o.releases.Add(ctx, 1, at(attribute.String("fencelock.result", result)))
-		o.holding.Add(ctx, -1, at())
+		if !e.Lost { // a lost lock was counted out at its loss
+			o.holding.Add(ctx, -1, at())
+		}
 		o.span(ctx, e, "fencelock.Release", now.Add(-e.Took), now, result == "error", attribute.String("fencelock.result", result),
 			attribute.Float64("fencelock.held_seconds", e.Duration.Seconds()))
 	}

@@ -204,3 +204,119 @@ func total(s metricdata.Sum[int64]) int64 {
 	}
 	return n
 }
+
+// What the instruments said wrong or not at all: a failed Refresh left no span and counted no
+// failed renewal; a lost lock stayed in fencelock.locks.held until its Release; and the
+// module had no instruments of the waits' wake-ups or of the clean-ups, which the Prometheus
+// module has.
+func TestFailedRefreshLossWaitsAndCleanups(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
+	o, err := New(WithTracerProvider(tp), WithMeterProvider(mp), WithBackend("redis"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := testserver.StartRedis(t).ClientT(t)
+	b := redisbackend.New(rdb)
+	t.Cleanup(func() { _ = b.Close() })
+	c := fencelock.New(b, fencelock.WithObserver(o.Observe))
+
+	// A Refresh the store refuses: the lock's key is gone.
+	lock, err := c.Obtain(ctx, "refresh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Obtain(lock.Context(), "refresh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, b.Key("refresh")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Refresh(ctx, 0); !errors.Is(err, fencelock.ErrNotHeld) {
+		t.Fatalf("Refresh of a deleted lock: %v", err)
+	}
+	if n := sumOf(t, reader, "fencelock.locks.held"); n != 0 {
+		t.Errorf("fencelock.locks.held once the lock's two holds were lost: %d, want 0", n)
+	}
+	_ = lock.Release(ctx)
+	_ = again.Release(ctx)
+	// A wait in the line, handed the lock on the holder's release.
+	holder, err := c.Obtain(ctx, "line")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := fencelock.New(b, fencelock.WithObserver(o.Observe))
+	handed := make(chan error, 1)
+	go func() {
+		l, err := other.Obtain(ctx, "line")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		handed <- err
+	}()
+	for sumOf(t, reader, "fencelock.waiters") != 1 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the waiter never waited")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-handed; err != nil {
+		t.Fatal(err)
+	}
+	// A Client closed while it holds releases the lock in the background: a clean-up.
+	if _, err := other.Obtain(ctx, "closed"); err != nil {
+		t.Fatal(err)
+	}
+	_ = other.Close()
+	_ = c.Close()
+
+	var refreshed bool
+	for _, s := range spans.Ended() {
+		if s.Name() == "fencelock.Refresh" && s.Status().Code == codes.Error {
+			refreshed = true
+		}
+	}
+	if !refreshed {
+		t.Error("no fencelock.Refresh span with an error status for the refused Refresh")
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]metricdata.Aggregation{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			got[m.Name] = m.Data
+		}
+	}
+	failed := int64(0)
+	if s, ok := got["fencelock.renewals"].(metricdata.Sum[int64]); ok {
+		for _, p := range s.DataPoints {
+			if v, _ := p.Attributes.Value("fencelock.result"); v.AsString() == "failed" {
+				failed += p.Value
+			}
+		}
+	}
+	if failed != 1 {
+		t.Errorf("fencelock.renewals{result=failed} after a refused Refresh: %d, want 1 (%+v)", failed, got["fencelock.renewals"])
+	}
+	if h, ok := got["fencelock.wait.duration"].(metricdata.Histogram[float64]); !ok || count(h) != 1 {
+		t.Errorf("fencelock.wait.duration after one wait in line: %+v, want 1 observation", got["fencelock.wait.duration"])
+	}
+	if s, ok := got["fencelock.cleanups"].(metricdata.Sum[int64]); !ok || total(s) != 1 {
+		t.Errorf("fencelock.cleanups after a Client closed with a lock: %+v, want 1", got["fencelock.cleanups"])
+	}
+	if s, ok := got["fencelock.locks.held"].(metricdata.Sum[int64]); !ok || total(s) != 0 {
+		t.Errorf("fencelock.locks.held at the end: %+v, want 0", got["fencelock.locks.held"])
+	}
+}

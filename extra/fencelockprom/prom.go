@@ -62,19 +62,19 @@ func New(opts ...Option) *Metrics {
 		Help: "Time from an Obtain or TryObtain call to its return, waiting included, by outcome: obtained, held (elsewhere, at the last attempt), timeout (the context ended), error.", Buckets: buckets},
 		labels("outcome"))
 	m.waited = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "fencelock", Name: "wait_seconds",
-		Help: "How long a waiter slept before it was woken, by a release or its timer, and tried again.", Buckets: buckets}, labels())
+		Help: "How long a waiter slept before it was woken, by a release or its timer, and tried again; for a wait in a backend's line (Redis, etcd, ZooKeeper), its time in line until the grant.", Buckets: buckets}, labels())
 	m.held = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "fencelock", Name: "hold_seconds",
 		Help: "How long a lock was held, by how it ended: released or lost.", Buckets: append(buckets, 60, 300, 1800)}, labels("end"))
 	m.holding = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "fencelock", Name: "locks_held",
-		Help: "Locks obtained and not yet released or lost (a reentrant hold counts once per Obtain)."}, labels())
+		Help: "Locks obtained and not yet released or lost (a reentrant hold counts once per Obtain; a lost lock counts out at its loss, not at its later Release)."}, labels())
 	m.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "renewals_total",
-		Help: "Renewals by the watchdog or Refresh, by result: ok, or failed (outcome unknown; tried again)."}, labels("result"))
+		Help: "Renewals by the watchdog or Refresh, by result: ok, or failed (the watchdog's: outcome unknown, tried again; a Refresh's: outcome unknown or refused)."}, labels("result"))
 	m.losses = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "losses_total",
 		Help: "Locks lost, by cause: deadline (no renewal confirmed in time), store (the store no longer had it), closed (the Client was closed), other."}, labels("cause"))
 	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "releases_total",
 		Help: "Releases, by result: ok, not_held (expired or taken by another), error (retried in the background)."}, labels("result"))
 	m.cleanups = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "cleanups_total",
-		Help: "Acquisitions that may have reached the store but were not handed out, undone in the background, by result: ok, or failed (the lock expires by its TTL)."}, labels("result"))
+		Help: "Acquisitions that may have reached the store but were not handed out, and locks a closing Client held, released in the background, by result: ok, or failed (the lock expires by its TTL)."}, labels("result"))
 	m.waiters = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "fencelock", Name: "waiters",
 		Help: "Obtain calls waiting now: their first attempt found the lock held (or, in a backend's line, they wait behind another holder)."}, labels())
 	m.handover = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "handovers_total",
@@ -134,12 +134,15 @@ func (m *Metrics) Observe(e fencelock.Event) {
 	case fencelock.EventLost:
 		m.losses.WithLabelValues(with(e.Cause())...).Inc()
 		m.held.WithLabelValues(with("lost")...).Observe(secs)
+		m.holding.WithLabelValues(l...).Sub(float64(e.Holds))
 	case fencelock.EventReleased:
 		if e.Err == nil {
 			m.held.WithLabelValues(with("released")...).Observe(secs)
 		}
 		m.releases.WithLabelValues(with(e.Result())...).Inc()
-		m.holding.WithLabelValues(l...).Dec()
+		if !e.Lost { // a lost lock was counted out at its loss
+			m.holding.WithLabelValues(l...).Dec()
+		}
 	case fencelock.EventCleanup:
 		result := "ok"
 		if e.Err != nil {

@@ -275,3 +275,93 @@ func TestDashboardQueriesExportedSeries(t *testing.T) {
 		t.Fatalf("the dashboard has %d queries", queries)
 	}
 }
+
+// What the metrics said wrong: a failed Refresh counted nothing; a lost lock stayed in
+// fencelock_locks_held until its Release; and a wait in the backend's line (Redis keeps one)
+// never observed fencelock_wait_seconds.
+func TestMetricsOfLossesFailedRefreshesAndLines(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	m := New(WithBackend("redis"))
+	b := redisbackend.New(rdb)
+	t.Cleanup(func() { _ = b.Close() })
+	c := fencelock.New(b, fencelock.WithObserver(m.Observe))
+	t.Cleanup(func() { _ = c.Close() })
+	holding := m.holding.WithLabelValues("redis")
+
+	// Lost with two holds: both count out at the loss, and their releases count nothing more.
+	lock, err := c.Obtain(ctx, "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Obtain(lock.Context(), "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(holding); got != 2 {
+		t.Fatalf("locks_held with two holds: %v", got)
+	}
+	if err := rdb.Del(ctx, b.Key("lost")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Verify(ctx); !errors.Is(err, fencelock.ErrLost) {
+		t.Fatalf("Verify of a deleted lock: %v", err)
+	}
+	if got := testutil.ToFloat64(holding); got != 0 {
+		t.Errorf("locks_held once both holds were lost, before their releases: %v, want 0", got)
+	}
+	_ = lock.Release(ctx)
+	_ = again.Release(ctx)
+	if got := testutil.ToFloat64(holding); got != 0 {
+		t.Errorf("locks_held once the lost holds were released: %v, want 0", got)
+	}
+
+	// A Refresh the store refuses is a failed renewal.
+	refused, err := c.Obtain(ctx, "refresh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, b.Key("refresh")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := refused.Refresh(ctx, 0); !errors.Is(err, fencelock.ErrNotHeld) {
+		t.Fatalf("Refresh of a deleted lock: %v", err)
+	}
+	_ = refused.Release(ctx)
+	if got := testutil.ToFloat64(m.renewals.WithLabelValues("redis", "failed")); got != 1 {
+		t.Errorf("renewals_total{result=failed} after a refused Refresh: %v, want 1", got)
+	}
+
+	// A wait in the line: one wake, the grant.
+	holder, err := c.Obtain(ctx, "line")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := fencelock.New(b, fencelock.WithObserver(m.Observe))
+	t.Cleanup(func() { _ = other.Close() })
+	handed := make(chan error, 1)
+	go func() {
+		l, err := other.Obtain(ctx, "line")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		handed <- err
+	}()
+	for testutil.ToFloat64(m.waiters.WithLabelValues("redis")) != 1 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the waiter never waited")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-handed; err != nil {
+		t.Fatal(err)
+	}
+	if n := histogramCount(t, m.waited.WithLabelValues("redis")); n != 1 {
+		t.Errorf("wait_seconds after one wait in line: %d observations, want 1", n)
+	}
+}

@@ -1,0 +1,380 @@
+package fencelocktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// The shapes every attack on fencelock came back with, drawn against each primitive: one
+// owner's concurrent calls, a context that ends while a call is in flight, callers that
+// disagree, and a Client closed while it holds. Each case here found a hole in one backend or
+// another that the stories above walked past.
+
+// A Client closed while it holds a lock releases it: the next contender gets the name at
+// once, not when a TTL or the Backend's session ends.
+func (s suite) closeReleases(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	c, other := s.client(t), s.client(t)
+	lock, err := c.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Obtain(lock.Context(), name) // a second hold of the same lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*fencelock.Lock{lock, again} {
+		if err := l.Context().Err(); !errors.Is(err, fencelock.ErrLost) || !errors.Is(err, fencelock.ErrClosed) {
+			t.Fatalf("a lock's context after Close: %v, want ErrLost and ErrClosed", err)
+		}
+	}
+	if info, err := other.Inspect(ctx, name); err != nil || info.Held {
+		t.Fatalf("Inspect once Close returned: %+v, %v; want the lock free", info, err)
+	}
+	next, err := other.TryObtain(ctx, name)
+	if err != nil {
+		t.Fatalf("TryObtain once the holder's Client closed: %v", err)
+	}
+	_ = next.Release(ctx)
+}
+
+// Calls whose contexts end while their request is in flight leave nothing held for no one:
+// once the Client's clean-up is done (Close waits for it), the name is free, at the latest
+// when a leftover's TTL has run out. A backend that keeps what such a call left alive for
+// as long as the process (a session's lease) never frees it.
+func (s suite) contextEndsInFlight(t *testing.T) {
+	s.endsInFlight(t, func(c *fencelock.Client, ctx context.Context, name string) (*fencelock.Lock, error) {
+		return c.TryObtain(ctx, name)
+	}, func(c *fencelock.Client, ctx context.Context, name string) (*fencelock.Lock, error) {
+		return c.Obtain(ctx, name)
+	})
+}
+
+// endsInFlight runs tries with contexts that end within microseconds to a few milliseconds of
+// the call, as calls under a request's deadline do, then checks that the name is free, with
+// the first of them: a single attempt.
+func (s suite) endsInFlight(t *testing.T, tries ...func(c *fencelock.Client, ctx context.Context, name string) (*fencelock.Lock, error)) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	c, other := s.client(t), s.client(t)
+	got, cut := 0, 0
+	for i := range 240 {
+		short, cancel := context.WithTimeout(ctx, time.Duration(i%24*(i%24))*10*time.Microsecond) // 0 to 5.3 ms
+		l, err := tries[i%len(tries)](c, short, name)
+		cancel()
+		if err != nil {
+			cut++
+			continue
+		}
+		got++
+		_ = l.Release(ctx)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A leftover may stay as long as its TTL, and its clean-up as long as the Backend's (the
+	// Client's is over: Close waited for it); past that, it is held for no one.
+	bound := 2*s.TTL + 5*time.Second
+	deadline := time.Now().Add(bound)
+	for {
+		l, err := tries[0](other, ctx, name)
+		if err == nil {
+			_ = l.Release(ctx)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d calls granted and %d cut short, the name is still held %v after the Client closed: %v", got, cut, bound, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("%d calls granted, %d cut short", got, cut)
+}
+
+// As contextEndsInFlight, for permits of a semaphore of 1.
+func (s suite) semContextEndsInFlight(t *testing.T) {
+	s.endsInFlight(t, func(c *fencelock.Client, ctx context.Context, name string) (*fencelock.Lock, error) {
+		return c.Semaphore(name, 1).TryAcquire(ctx)
+	}, func(c *fencelock.Client, ctx context.Context, name string) (*fencelock.Lock, error) {
+		return c.Semaphore(name, 1).Acquire(ctx)
+	})
+}
+
+// Two goroutines of one process wait under one owner (WithOwner) for a full semaphore: both
+// get a hold of the owner's one permit, and the store counts both, so that releasing either
+// leaves the permit to the other. The store once recorded one of them, and the release of
+// that one let the next waiter in beside the other.
+func (s suite) semOneOwnerWaitsTwice(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	holder, err := s.client(t).Semaphore(name, 1).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{}, 2)
+	c := s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
+		if e.Kind == fencelock.EventWaiting && e.Name == name {
+			waiting <- struct{}{}
+		}
+	}))
+	owner := "owner-" + name
+	sem := c.Semaphore(name, 1)
+	permits := make(chan *fencelock.Lock, 2)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			p, err := sem.Acquire(ctx, fencelock.WithOwner(owner))
+			if err != nil {
+				errs <- err
+				return
+			}
+			permits <- p
+		}()
+	}
+	for range 2 {
+		select {
+		case <-waiting:
+		case err := <-errs:
+			t.Fatalf("a waiter of the owner: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the two waiters of one owner never both waited")
+		}
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var mine []*fencelock.Lock
+	for range 2 {
+		select {
+		case p := <-permits:
+			mine = append(mine, p)
+		case err := <-errs:
+			t.Fatalf("a waiter of the owner: %v", err)
+		}
+	}
+	info, err := sem.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Permits) != 1 || info.Permits[0].Owner != owner || info.Permits[0].Count != 2 {
+		t.Fatalf("both waiters of one owner hold: Inspect says %+v, want one permit of %q with 2 holds", info, owner)
+	}
+	other := s.client(t).Semaphore(name, 1)
+	for i, p := range mine {
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			break
+		}
+		if err := mine[1].Valid(); err != nil {
+			t.Fatalf("the owner's other hold after one was released: %v", err)
+		}
+		if q, err := other.TryAcquire(ctx); !errors.Is(err, fencelock.ErrNotObtained) {
+			if q != nil {
+				_ = q.Release(ctx)
+			}
+			t.Fatalf("another permit while one owner's hold remains: %v, want ErrNotObtained", err)
+		}
+	}
+	q, err := other.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("a permit once the owner released both holds: %v", err)
+	}
+	_ = q.Release(ctx)
+}
+
+// Callers that disagree on a semaphore's limit, looping on one name, never hold permits of
+// two limits at once: the limit is the one the holders agreed on, until none is held. A
+// refused caller must leave nothing behind that makes the next ones agree with it.
+func (s suite) semDisagreeingLimits(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	var mu sync.Mutex
+	held := map[*fencelock.Lock]int{} // permits believed valid, by limit
+	var grants, refused atomic.Int64
+	var mixed []string
+	check := func(p *fencelock.Lock, limit int) {
+		mu.Lock()
+		defer mu.Unlock()
+		held[p] = limit
+		n, limits := 0, map[int]int{}
+		for q, l := range held {
+			if q.Valid() == nil {
+				n++
+				limits[l]++
+			}
+		}
+		if len(limits) > 1 && len(mixed) < 5 {
+			mixed = append(mixed, fmt.Sprintf("permits of limits %v believed valid at once", limits))
+		}
+	}
+	end := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		limit := 2 + w%2
+		sem := s.client(t).Semaphore(name, limit)
+		wg.Go(func() {
+			for i := 0; time.Now().Before(end); i++ {
+				actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				p, err := sem.Acquire(actx)
+				cancel()
+				var le *fencelock.LimitError
+				switch {
+				case errors.As(err, &le):
+					refused.Add(1)
+					continue
+				case err != nil:
+					continue
+				}
+				grants.Add(1)
+				check(p, limit)
+				time.Sleep(time.Duration(i%3) * time.Millisecond) // the work
+				mu.Lock()
+				delete(held, p)
+				mu.Unlock()
+				_ = p.Release(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	for _, m := range mixed {
+		t.Error(m)
+	}
+	if grants.Load() == 0 || refused.Load() == 0 {
+		t.Fatalf("%d grants and %d refusals: the callers never met", grants.Load(), refused.Load())
+	}
+}
+
+// A Client closed while it holds a permit releases it.
+func (s suite) semCloseReleases(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	c := s.client(t)
+	if _, err := c.Semaphore(name, 1).Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.client(t).Semaphore(name, 1).TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire once the holder's Client closed: %v", err)
+	}
+	_ = p.Release(ctx)
+}
+
+// Two readers of one owner wait behind a writer: both hold once it leaves, and while one of
+// them still holds, a writer waiting meanwhile does not get in.
+func (s suite) rwOneOwnerReadsTwice(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	w, err := s.client(t).RWLock(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{}, 2)
+	c := s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
+		if e.Kind == fencelock.EventWaiting && e.Name == name {
+			waiting <- struct{}{}
+		}
+	}))
+	owner := "owner-" + name
+	rw := c.RWLock(name)
+	readers := make(chan *fencelock.Lock, 2)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			r, err := rw.RLock(ctx, fencelock.WithOwner(owner))
+			if err != nil {
+				errs <- err
+				return
+			}
+			readers <- r
+		}()
+	}
+	for range 2 {
+		select {
+		case <-waiting:
+		case err := <-errs:
+			t.Fatalf("a reader of the owner: %v", err)
+		}
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r1, r2 := <-readers, <-readers
+	writer := s.client(t).RWLock(name)
+	if info, err := writer.Inspect(ctx); err != nil || len(info.Permits) != 1 || info.Permits[0].Owner != owner || info.Permits[0].Count != 2 {
+		t.Fatalf("both readers of one owner hold: Inspect says %+v, %v; want one read lock of %q with 2 holds", info, err, owner)
+	}
+	wrote := make(chan error, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		w2, err := writer.Lock(wctx)
+		if err == nil {
+			if r2.Valid() == nil {
+				err = errors.New("a writer got the lock while a reader of the owner still held it")
+			}
+			_ = w2.Release(ctx)
+		}
+		wrote <- err
+	}()
+	waitUntil(t, 10*time.Second, "the writer never joined the line", func() bool {
+		info, err := writer.Inspect(ctx)
+		return err == nil && info.Waiting == 1
+	})
+	if err := r1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := writer.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Permits) != 1 || info.Permits[0].Owner != owner {
+		t.Fatalf("one reader of two released: Inspect says %+v, want the owner's read lock alone", info)
+	}
+	if err := r2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A leader whose Client closes resigns: another contender leads at once.
+func (s suite) electCloseResigns(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	c := s.client(t)
+	l, err := c.Election(name).Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Valid(); !errors.Is(err, fencelock.ErrLost) {
+		t.Fatalf("the leadership after Close: %v, want ErrLost", err)
+	}
+	b := s.client(t).Election(name)
+	if now, err := b.Leader(ctx); err != nil || now.Elected {
+		t.Fatalf("Leader once the leader's Client closed: %+v, %v; want no leader", now, err)
+	}
+	next, err := b.Campaign(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = next.Resign(ctx)
+}
