@@ -147,7 +147,7 @@ func (b *Backend) acquireRound(ctx context.Context, req fencelock.Request, propo
 		if err := undo.wait(ctx, nd.i); err != nil {
 			return acquireReply{}, err
 		}
-		ctx, cancel := sendContext(ctx)
+		ctx, cancel := sendContext(ctx, timeout)
 		defer cancel()
 		v, err := redisconn.Slice(nd.c.Eval(ctx, acquireScript, keys, req.Owner, req.Hold, ttl, req.Meta, proposal, retention))
 		if err != nil {
@@ -345,7 +345,7 @@ func (b *Backend) fence(ctx context.Context, req fencelock.Request, r *acquireRo
 			if err := prev.wait(ctx, nd.i); err != nil {
 				return tokenWrite{}, err
 			}
-			ctx, cancel := sendContext(ctx)
+			ctx, cancel := sendContext(ctx, timeout)
 			defer cancel()
 			return writeToken(ctx, nd, keys, req, arg, retention, anew)
 		}, func(rep reply[tokenWrite]) bool {
@@ -458,7 +458,7 @@ func (b *Backend) undo(ctx context.Context, req fencelock.Request, idx []int, ti
 				if prev.wait(ctx, nd.i) != nil || before.wait(ctx, nd.i) != nil || !mine[nd.i] {
 					return
 				}
-				ctx, cancel := sendContext(ctx)
+				ctx, cancel := sendContext(ctx, timeout)
 				defer cancel()
 				_, _ = nd.c.Eval(ctx, releaseScript, keys, req.Owner, req.Hold, nd.announce.Publish, nd.announce.Count)
 			})

@@ -389,7 +389,8 @@ const (
 	read   waiting = true  // a grace for the other nodes
 )
 
-// nodeLinger is how long a node call may run on after its fan-out stopped waiting for it.
+// nodeLinger is the least a node call has from its send, whatever the node timeout: it may
+// run on after its fan-out stopped waiting for it (see fanOut).
 const nodeLinger = 500 * time.Millisecond
 
 // graceMin is the least a read waits for the other nodes once its outcome is decided.
@@ -432,12 +433,14 @@ func (b *Backend) timedOut(ctx context.Context, pending []int) []*NodeError {
 }
 
 // sendContext returns the context of a node call sent after waiting for the owner's call
-// before it on the node (flight.wait): nodeLinger from the send, whatever the wait took of
-// ctx. A call sent with only what the wait left was cut off mid-reply, which costs go-redis the
-// connection; under load the new connections' handshakes made the next calls wait and come late
-// in turn, until hardly any reached a majority. Close waits for the call all the same.
-func sendContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), nodeLinger)
+// before it on the node (flight.wait): the node timeout from the send, and at least nodeLinger,
+// whatever the wait took of ctx. A call sent with only what the wait left was cut off
+// mid-reply, which costs go-redis the connection; under load the new connections' handshakes
+// made the next calls wait and come late in turn, until hardly any reached a majority. A node
+// timeout above nodeLinger is the node's to use: cut at nodeLinger, a node that answers within
+// the timeout counted as failed. Close waits for the call all the same.
+func sendContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), max(timeout, nodeLinger))
 }
 
 // cleanupContext returns a fresh context for the cleanup after a failed operation: not the

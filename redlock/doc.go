@@ -20,18 +20,19 @@
 // <prefix>{name}:fence, and the release channel <prefix>{name}:released. Each operation is one
 // script per node; the nodes are asked in parallel, each bounded by the node timeout
 // (WithNodeTimeout; by default min(50ms, TTL/10)). An operation returns as soon as a majority
-// decided its outcome, so one slow or stopped node delays nothing: the calls to the other
-// nodes go on in the background, for up to 500 ms after the operation stopped waiting for them
-// (a call cancelled mid-reply costs go-redis its connection, and under load the handshakes of
-// new ones made the next calls miss the node timeout in turn). An operation returns by its
-// context's deadline, plus at most one node timeout when a release must clean up a lock it
-// left on a node; the release of a failed acquisition's grants runs in the background. One
-// owner's calls on one lock keep their order node by node: a release, a reentrant acquire, a
-// token write or the undo of a failed acquisition on a node waits until the owner's call before
-// it there has returned, and the owner's next call waits for it, so that none overtakes
-// another; the next acquisition of the lock through the same Backend, of any owner, also waits
-// on each node for the undo of a failed one, so that it never meets the hold of an attempt
-// that failed before it; a call that waited has its 500 ms from when it is sent.
+// decided its outcome, so one slow or stopped node delays nothing: the calls to the other nodes
+// go on in the background, each until the node timeout, and at least 500 ms, has passed since
+// it was sent (a call cancelled mid-reply costs go-redis its connection, and under load the
+// handshakes of new ones made the next calls miss the node timeout in turn). An operation
+// returns by its context's deadline, plus at most one node timeout when a release must clean up
+// a lock it left on a node; the release of a failed acquisition's grants runs in the
+// background. One owner's calls on one lock keep their order node by node: a release, a
+// reentrant acquire, a token write or the undo of a failed acquisition on a node waits until
+// the owner's call before it there has returned, and the owner's next call waits for it, so
+// that none overtakes another; the next acquisition of the lock through the same Backend, of
+// any owner, also waits on each node for the undo of a failed one, so that it never meets the
+// hold of an attempt that failed before it; a call that waited has its node timeout, and at
+// least 500 ms, from when it is sent.
 // Close is final: it waits for the operations under way and then for the calls they left in
 // the background, and every call after it fails with an error matching fencelock.ErrClosed.
 //

@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,4 +87,63 @@ func connectionsReceived(ctx context.Context, t *testing.T, c *redis.Client) int
 	}
 	t.Fatal("INFO stats has no total_connections_received")
 	return 0
+}
+
+// A node timeout above the 500 ms a call may run on after its fan-out stopped waiting is the
+// node timeout, from the call's send: nodes that answer in 700 ms, under a 2 s node timeout,
+// grant, renew and release the lock. Each call used to end 500 ms after its send whatever the
+// option said, and every node counted as failed. An operation still returns by its context's
+// deadline, plus the README's 100 ms slack: the calls it stops waiting for go on behind it.
+func TestNodeTimeoutAboveTheLinger(t *testing.T) {
+	ctx := ctxTimeout(t, 60*time.Second)
+	_, as := startNodes(t, 3)
+	direct := dial(t, as)
+	via := make([]string, len(as))
+	proxies := make([]*testserver.Proxy, len(as))
+	for i, a := range as {
+		proxies[i] = testserver.StartProxy(t, a)
+		via[i] = proxies[i].Addr
+	}
+	b := newBackend(t, dial(t, via), redlock.WithNodeTimeout(2*time.Second))
+	c := newLocker(t, b, fencelock.WithDefaults(fencelock.WithTTL(30*time.Second), fencelock.WithWatchdog(false)))
+	// Warm up: the nodes are seen, a connection each, and the scripts loaded, so that each call
+	// below is one round trip (a first EVALSHA costs two, a first connection more).
+	lock, err := c.TryObtain(ctx, "patient")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Settle()
+	for _, p := range proxies {
+		p.SetDelay(350 * time.Millisecond) // a 700 ms round trip
+	}
+	lock, err = c.TryObtain(ctx, "patient")
+	if err != nil {
+		t.Fatalf("TryObtain over 700 ms round trips with a 2 s node timeout: %v", err)
+	}
+	if err := lock.Refresh(ctx, 30*time.Second); err != nil {
+		t.Fatalf("Refresh over 700 ms round trips with a 2 s node timeout: %v", err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("Release over 700 ms round trips with a 2 s node timeout: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the released lock still on a node", func() bool {
+		return slices.Equal(owners(direct, b.Key("patient")), make([]string, 3))
+	})
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = c.TryObtain(short, "patient")
+	if took := time.Since(start); took > 300*time.Millisecond+100*time.Millisecond {
+		t.Fatalf("returned %v after the call, with a 300ms deadline (%v)", took.Round(time.Millisecond), err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryObtain over 700 ms round trips within 300 ms: %v, want the deadline's error", err)
+	}
+	waitFor(t, 10*time.Second, "the failed acquisition left the lock on the nodes", func() bool {
+		return slices.Equal(owners(direct, b.Key("patient")), make([]string, 3))
+	})
 }

@@ -41,7 +41,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 		if err := fl.wait(ctx, nd.i); err != nil {
 			return 0, err
 		}
-		ctx, cancel := sendContext(ctx)
+		ctx, cancel := sendContext(ctx, timeout)
 		defer cancel()
 		v, err := redisconn.Int64(nd.c.Eval(ctx, releaseScript, keys, lease.Owner, hold, nd.announce.Publish, nd.announce.Count))
 		if err == nil && v > 0 && tail.keeps(nd.i) {
