@@ -21,6 +21,11 @@ var (
 	// context.DeadlineExceeded: the caller's context did not end.
 	ErrNodeTimeout = fmt.Errorf("%w: redlock: no answer within the node timeout", fencelock.ErrUnavailable)
 
+	// errUnsettled: a majority keeps the lock for one owner under tokens that differ, for
+	// longer than an acquisition takes to settle its token (see Backend.Inspect): a fault cut
+	// its token writes short.
+	errUnsettled = fmt.Errorf("%w: redlock: the lock's token is not settled", fencelock.ErrUnavailable)
+
 	errUnidentified = fmt.Errorf("%w: redlock: the node has not yet told its run_id, so its answer cannot count towards the majority: it might be another node's server", fencelock.ErrUnavailable)
 
 	errClosed = fmt.Errorf("%w: the redlock backend was closed", fencelock.ErrClosed)

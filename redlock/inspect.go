@@ -43,10 +43,16 @@ func parseInspect(v []any) (nodeInfo, error) {
 }
 
 // Inspect implements fencelock.Backend with the majority's view: the lock is held when a
-// majority of nodes agree on its owner; Count and Remaining are what a majority of those nodes
-// agree on (at least that count, at least that long), and Token is the greatest among them (a
-// node that took the key back after a restart may know less). A free lock reports the greatest fence counter read as its
-// last token. It needs answers from a majority of nodes.
+// majority of nodes keep it for one owner under one token, the token its grant stored; Count
+// and Remaining are what those nodes agree on (at least that count, at least that long). A
+// free lock reports the greatest fence counter read as its last token. It needs answers from
+// a majority of nodes.
+//
+// While an acquisition settles its token, a majority can keep the lock for its owner under
+// tokens that differ: 0 on the nodes that wait for the token round, a proposal that a minority
+// stored. Neither is a token anyone was handed, and a token read there can be below one
+// returned before: Inspect reads again, with a growing pause, until a majority agrees or
+// settleWait has passed, and then fails with an error matching fencelock.ErrUnavailable.
 func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, error) {
 	if err := b.usable(name); err != nil {
 		return fencelock.Info{}, err
@@ -55,18 +61,53 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 		return fencelock.Info{}, err
 	}
 	defer b.ops.Done()
-	return b.inspect(ctx, name)
+	give := time.Now().Add(settleWait)
+	for pause := graceMin; ; pause = min(2*pause, settlePauseMax) {
+		v, err := b.inspect(ctx, name)
+		switch {
+		case err != nil:
+			return fencelock.Info{}, err
+		case v.settled:
+			return v.Info, nil
+		case time.Now().Add(pause).After(give):
+			return fencelock.Info{}, fmt.Errorf("%w: inspect %q: a majority keep it for owner %s, under tokens that still differ after %v", errUnsettled, name, v.Owner, settleWait)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fencelock.Info{}, ctxErr("inspect", name, ctx.Err())
+		}
+	}
 }
 
-// inspect is Inspect within an operation already begun.
-func (b *Backend) inspect(ctx context.Context, name string) (fencelock.Info, error) {
+// settleWait bounds how long Inspect reads again a lock whose token is still being settled;
+// settlePauseMax is the longest pause between two reads. A token round takes a round trip or
+// two; a majority that disagrees for longer lost a token write to a fault.
+const (
+	settleWait     = time.Second
+	settlePauseMax = 50 * time.Millisecond
+)
+
+// A view is the nodes' answers folded into one lock.
+type view struct {
+	fencelock.Info
+	// settled says Info is a lock a majority agrees on, or a free one. Otherwise a majority
+	// keeps the lock for Info.Owner under tokens that differ, and Info.Token is the greatest
+	// of them: the lock is being settled, or a fault left it so.
+	settled bool
+}
+
+// inspect reads the lock once, within an operation already begun.
+func (b *Backend) inspect(ctx context.Context, name string) (view, error) {
 	if err := b.identify(ctx, forceTimeout); err != nil {
-		return fencelock.Info{}, err
+		return view{}, err
 	}
 	keys := b.keys(name)
 	infos := make([]nodeInfo, 0, len(b.nodes))
 	var failed []*NodeError
-	votes := make(map[string]int)
+	votes := make(map[holding]int)
 	pending := fanOut(ctx, b, b.all, forceTimeout, read, func(ctx context.Context, nd *node) (nodeInfo, error) {
 		v, err := redisconn.Slice(nd.c.Eval(ctx, inspectScript, keys))
 		if err != nil {
@@ -78,11 +119,11 @@ func (b *Backend) inspect(ctx context.Context, name string) (fencelock.Info, err
 			failed = append(failed, b.nodeErr(r.node, r.err))
 		} else {
 			infos = append(infos, r.v)
-			if r.v.owner != "" {
-				votes[r.v.owner]++
+			if r.v.owner != "" && r.v.token > 0 {
+				votes[holding{r.v.owner, r.v.token}]++
 			}
 		}
-		// Decided when an owner has a majority, or none can get one any more.
+		// Decided when one owner and token have a majority, or none can get one any more.
 		most := 0
 		for _, v := range votes {
 			most = max(most, v)
@@ -92,45 +133,68 @@ func (b *Backend) inspect(ctx context.Context, name string) (fencelock.Info, err
 	})
 	if len(infos) < b.quorum {
 		if ctx.Err() != nil {
-			return fencelock.Info{}, ctxErr("inspect", name, ctx.Err())
+			return view{}, ctxErr("inspect", name, ctx.Err())
 		}
-		return fencelock.Info{}, &QuorumError{Op: "inspect", Name: name, Granted: len(infos), Needed: b.quorum, Nodes: append(failed, b.timedOut(ctx, pending)...)}
+		return view{}, &QuorumError{Op: "inspect", Name: name, Granted: len(infos), Needed: b.quorum, Nodes: append(failed, b.timedOut(ctx, pending)...)}
 	}
 	return b.majority(name, infos), nil
 }
 
-// majority folds the nodes' views into one.
-func (b *Backend) majority(name string, infos []nodeInfo) fencelock.Info {
-	info := fencelock.Info{Name: name}
-	votes := make(map[string]int)
+// holding is a lock as one node keeps it: its owner and its token.
+type holding struct {
+	owner string
+	token int64
+}
+
+// majority folds the nodes' views into one: the lock of the owner a majority keeps it for,
+// under the token a majority of nodes agree on (see view).
+func (b *Backend) majority(name string, infos []nodeInfo) view {
+	owners := make(map[string]int)
+	votes := make(map[holding]int)
+	var counter int64
 	for _, ni := range infos {
 		if ni.owner != "" {
-			votes[ni.owner]++
-		}
-		info.Token = max(info.Token, ni.counter)
-	}
-	for owner, v := range votes {
-		if v < b.quorum {
-			continue
-		}
-		info = fencelock.Info{Name: name, Held: true, Owner: owner}
-		var pttls []time.Duration
-		var counts []int
-		for _, ni := range infos {
-			if ni.owner == owner {
-				info.Token = max(info.Token, ni.token)
-				if ni.meta != "" {
-					info.Meta = ni.meta
-				}
-				counts = append(counts, ni.count)
-				pttls = append(pttls, ni.pttl)
+			owners[ni.owner]++
+			if ni.token > 0 {
+				votes[holding{ni.owner, ni.token}]++
 			}
 		}
-		// What a majority of the nodes agree on: at least quorum of them keep the lock that
-		// long, with at least that count.
-		slices.SortFunc(pttls, func(a, b time.Duration) int { return int(b - a) })
-		info.Remaining, info.Count = pttls[b.quorum-1], quorumth(counts, b.quorum)
+		counter = max(counter, ni.counter)
 	}
+	for h, v := range votes {
+		if v >= b.quorum {
+			return view{Info: b.fold(name, infos, func(ni nodeInfo) bool { return ni.owner == h.owner && ni.token == h.token }), settled: true}
+		}
+	}
+	for owner, v := range owners {
+		if v >= b.quorum {
+			return view{Info: b.fold(name, infos, func(ni nodeInfo) bool { return ni.owner == owner })}
+		}
+	}
+	return view{Info: fencelock.Info{Name: name, Token: counter}, settled: true}
+}
+
+// fold returns the lock that the nodes of infos that keep it agree on, at least quorum of
+// them: the greatest token among them, what a majority keeps at least (count, remaining
+// time), and the holder's metadata.
+func (b *Backend) fold(name string, infos []nodeInfo, keeps func(nodeInfo) bool) fencelock.Info {
+	info := fencelock.Info{Name: name, Held: true}
+	var pttls []time.Duration
+	var counts []int
+	for _, ni := range infos {
+		if !keeps(ni) {
+			continue
+		}
+		info.Owner = ni.owner
+		info.Token = max(info.Token, ni.token)
+		if ni.meta != "" {
+			info.Meta = ni.meta
+		}
+		counts = append(counts, ni.count)
+		pttls = append(pttls, ni.pttl)
+	}
+	slices.SortFunc(pttls, func(a, b time.Duration) int { return int(b - a) })
+	info.Remaining, info.Count = pttls[b.quorum-1], quorumth(counts, b.quorum)
 	return info
 }
 

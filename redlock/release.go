@@ -181,12 +181,14 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info
 		return fencelock.Info{}, err
 	}
 	defer b.ops.Done()
-	info, err := b.inspect(ctx, name)
-	if err != nil || !info.Held {
-		return info, err
+	// The owner a majority keeps the lock for, whether or not its token is settled yet: an
+	// operator removes the lock either way.
+	v, err := b.inspect(ctx, name)
+	if err != nil || !v.Held {
+		return v.Info, err
 	}
-	b.drop(ctx, name, info.Owner, b.all, forceTimeout)
-	return info, nil
+	b.drop(ctx, name, v.Owner, b.all, forceTimeout)
+	return v.Info, nil
 }
 
 // forceTimeout bounds each node call of the operator's calls, which have no TTL to size it by.
