@@ -17,8 +17,9 @@ type Link struct {
 	mu        sync.Mutex // guards the fields below
 	cut       bool
 	conns     map[*linkConn]struct{}
-	loseReply []byte // when set, the reply to the next write that contains it is lost
-	dials     int    // connections made
+	loseReply []byte            // when set, the reply to the next write that contains it is lost
+	cutBefore func([]byte) bool // when set, the link is cut as the next write it matches goes out
+	dials     int               // connections made
 }
 
 var errCut = errors.New("zktest: link cut")
@@ -89,6 +90,16 @@ func (l *Link) LoseReply(pattern []byte) {
 	l.mu.Unlock()
 }
 
+// CutBefore arranges for the link to be cut, as Cut does, as the next request that match
+// reports true for is about to go out: that request never reaches the server, and the client
+// sees its connection fail under it. Dials fail until Restore. match gets the bytes of each
+// write, a request as go-zookeeper frames it.
+func (l *Link) CutBefore(match func(request []byte) bool) {
+	l.mu.Lock()
+	l.cutBefore = match
+	l.mu.Unlock()
+}
+
 // replyLinger is how long a connection whose reply is lost stays open: long enough for the
 // server to act on the request, shorter than go-zookeeper's read timeout.
 const replyLinger = 200 * time.Millisecond
@@ -105,7 +116,15 @@ func (c *linkConn) Write(p []byte) (int, error) {
 	if lose {
 		c.l.loseReply = nil
 	}
+	cut := c.l.cutBefore != nil && c.l.cutBefore(p)
+	if cut {
+		c.l.cutBefore = nil
+	}
 	c.l.mu.Unlock()
+	if cut {
+		c.l.Cut()
+		return 0, errCut
+	}
 	if lose {
 		// Muted before the request goes out: a reply read before this would slip through.
 		c.muted.Store(true)
