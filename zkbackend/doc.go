@@ -56,10 +56,17 @@
 // so a release, an expiry or permits given back wake it; every join and leave wakes every
 // waiter of the semaphore, which costs a read each.
 //
-// A node holds only when every node before it has its limit: an acquisition that finds another
-// limit in line fails with a *fencelock.LimitError and leaves. A permit's token is its node's
-// czxid; reentry (WithOwner) adds a hold to the owner's node, found by the owner tag and read
-// to be sure.
+// The limit is that of the first node in line, which holds its permits: an acquisition of
+// another limit fails with a *fencelock.LimitError and leaves. Its node, refused, may stay a
+// while when its delete is lost with the connection (the removal is owed); meanwhile it holds
+// nothing, counts for nothing and names no limit, and a node behind it that agrees with the
+// first one deletes it before it is granted — only while that first node is still there, the
+// proof that the refused node never held — so that a refused node never comes to stand first
+// with holders behind it. One that comes to stand first all the same, the nodes ahead of it
+// gone before anyone was granted past it, holds for no one until its removal or its session's
+// end, as any node whose release is owed does, and its limit is the semaphore's meanwhile.
+// A permit's token is its node's czxid; reentry (WithOwner) adds a hold to the owner's node,
+// found by the owner tag and read to be sure.
 //
 // # Fencing tokens
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -20,10 +21,14 @@ var _ fencelock.Semaphores = (*Backend)(nil)
 // that came before it. Once a node holds, it holds until it goes: nodes join only at the end of
 // the line, and a node's weight never grows. A node's czxid is its permit's fencing token.
 //
-// Every node in line must agree on the limit: a node holds only when every node before it has
-// its limit, and an acquisition that finds another limit in line fails with a
-// *fencelock.LimitError and leaves. Nodes read the line after they joined, so of two that
-// disagree the younger one always sees the older one.
+// The limit is the first node's: it holds its permits, and every node that holds after it
+// agreed with it. An acquisition of another limit fails with a *fencelock.LimitError and
+// leaves; its node, until it has gone, is refused: it holds nothing, waits for nothing and
+// sets no limit. Nodes read the line after they joined, so of two that disagree the younger
+// one always sees the older one, and leaves. A refused node may stay a while: its delete can
+// be lost with the connection, and is owed. No node is granted while a refused node stands
+// before it: it removes those first (see dropRefused), so that once the nodes ahead of a
+// refused node are gone, it can never stand first and name the limit of the holders behind it.
 
 // checkPermit says why req cannot ask for a permit.
 func checkPermit(req fencelock.Request) error {
@@ -84,14 +89,45 @@ func (b *Backend) attemptPermit(ctx context.Context, start time.Time, req fencel
 	return fencelock.Grant{}, holding{}, fmt.Errorf("%w: %q changed hands %d times while being acquired", fencelock.ErrUnavailable, req.Name, lookTries)
 }
 
-// agree says whether req's limit is that of every node in q.
+// agree says whether req's limit is the semaphore's: that of the first node in q, if any.
 func agree(req fencelock.Request, q []entry) error {
-	for _, e := range q {
-		if e.limit != req.Limit {
-			return &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: e.limit}
-		}
+	if len(q) > 0 && q[0].limit != req.Limit {
+		return &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: q[0].limit}
 	}
 	return nil
+}
+
+// refusedBefore returns the refused nodes before q[i]: those whose limit is not the first
+// node's.
+func refusedBefore(q []entry, i int) []entry {
+	var out []entry
+	for _, e := range q[:i] {
+		if e.limit != q[0].limit {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// dropRefused deletes the refused nodes r of the line of dir, whose first node is head. It
+// deletes them only while head is still there, the proof that they are refused: a node that
+// disagrees with a node older than it saw that node at every look, and never held; with head
+// gone, one of them could be first, and hold. (Deleting a node takes the right to delete in
+// the directory, which a caller needs for its own node anyway.) errVanished says the line
+// changed meanwhile: read it again.
+func (b *Backend) dropRefused(ctx context.Context, dir string, head entry, r []entry) error {
+	ops := []any{&zk.CheckVersionRequest{Path: dir + "/" + head.name, Version: -1}}
+	for _, e := range r {
+		ops = append(ops, &zk.DeleteRequest{Path: dir + "/" + e.name, Version: -1})
+	}
+	switch _, err := b.multi(ctx, ops...); err {
+	case nil:
+		return nil
+	case zk.ErrNoNode:
+		return errVanished
+	default:
+		return classify(err)
+	}
 }
 
 // awaitPermit holds the permit once n's permits and those of every node before it fit in the
@@ -122,10 +158,21 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fenceloc
 		i := position(q, n.name)
 		n.crowded = len(q) > 1 // others keep the directory: see remove
 		if i < 0 {
+			if err := agree(req, q); err != nil {
+				return fencelock.Grant{}, holding{}, err // removed as refused by a node behind it
+			}
 			return fencelock.Grant{}, holding{}, fmt.Errorf("%w: the permit node %s vanished while in line: its session expired, or someone deleted it", fencelock.ErrUnavailable, n.path)
 		}
 		if err := agree(req, q[:i]); err != nil {
 			return b.leave(ctx, k, n, err)
+		}
+		if r := refusedBefore(q, i); len(r) > 0 {
+			// Removed, or gone meanwhile: read the line again, for a grant that rests on a line
+			// without them.
+			if err := b.dropRefused(ctx, dir, q[0], r); err != nil && err != errVanished {
+				return b.leave(ctx, k, n, err)
+			}
+			continue
 		}
 		if !looked {
 			// The owner may hold a permit through another node: enter that one rather than
@@ -169,18 +216,21 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fenceloc
 	}
 }
 
-// fits says whether the permits of q[i] and of every node before it fit in q[i]'s limit. A
-// node's weight is in its name, as its first hold asked; a node ahead that took more than one
-// permit may have given some back since (a write lock released under a read lock), so when the
-// names say no, fits reads those nodes — with a watch on each, when watch is set, returned with
-// the answer.
+// fits says whether the permits of q[i] and of every node before it fit in the limit, which
+// q[i]'s must be; refused nodes take none. A node's weight is in its name, as its first hold
+// asked; a node ahead that took more than one permit may have given some back since (a write
+// lock released under a read lock), so when the names say no, fits reads those nodes — with a
+// watch on each, when watch is set, returned with the answer.
 func (b *Backend) fits(ctx context.Context, dir string, q []entry, i int, watch bool) (bool, []<-chan zk.Event, error) {
 	limit := q[i].limit
+	if q[0].limit != limit {
+		return false, nil, &fencelock.LimitError{Name: dir[len(parent(dir))+1:], Limit: limit, Stored: q[0].limit}
+	}
 	used := 0
 	var weighted []entry
 	for j, e := range q[:i+1] {
 		if e.limit != limit {
-			return false, nil, &fencelock.LimitError{Name: dir[len(parent(dir))+1:], Limit: limit, Stored: e.limit}
+			continue // refused
 		}
 		used += e.weight
 		if j < i && e.weight > 1 {
@@ -227,7 +277,7 @@ func (b *Backend) fits(ctx context.Context, dir string, q []entry, i int, watch 
 func (b *Backend) ownPermit(ctx context.Context, dir string, q []entry, owner, hold string) (holding, bool, error) {
 	tag := ownerTag(owner)
 	for j, e := range q {
-		if e.tag != tag {
+		if e.tag != tag || e.limit != q[0].limit { // another's, or refused
 			continue
 		}
 		path := dir + "/" + e.name
@@ -330,6 +380,7 @@ look:
 			return info, err
 		}
 		info = fencelock.SemaphoreInfo{Name: name, Limit: q[0].limit}
+		q = slices.DeleteFunc(q, func(e entry) bool { return e.limit != info.Limit }) // refused
 		for i, e := range q {
 			data, stat, err := b.read(ctx, dir+"/"+e.name)
 			switch {
@@ -338,7 +389,7 @@ look:
 			case err != nil:
 				return info, err
 			}
-			if e.limit != info.Limit || info.InUse+data.weight() > info.Limit {
+			if info.InUse+data.weight() > info.Limit {
 				// This one waits, and so does every later one: none passes one before it.
 				info.Waiting = len(q) - i
 				break
