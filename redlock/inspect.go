@@ -101,14 +101,14 @@ type view struct {
 
 // inspect reads the lock once, within an operation already begun.
 func (b *Backend) inspect(ctx context.Context, name string) (view, error) {
-	if err := b.identify(ctx, forceTimeout); err != nil {
+	if err := b.identify(ctx, b.forceTimeout()); err != nil {
 		return view{}, err
 	}
 	keys := b.keys(name)
 	infos := make([]nodeInfo, 0, len(b.nodes))
 	var failed []*NodeError
 	votes := make(map[holding]int)
-	pending := fanOut(ctx, b, b.all, forceTimeout, read, func(ctx context.Context, nd *node) (nodeInfo, error) {
+	pending := fanOut(ctx, b, b.all, b.forceTimeout(), read, func(ctx context.Context, nd *node) (nodeInfo, error) {
 		v, err := redisconn.Slice(nd.c.Eval(ctx, inspectScript, keys))
 		if err != nil {
 			return nodeInfo{}, err

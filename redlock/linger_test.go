@@ -115,6 +115,9 @@ func TestNodeTimeoutAboveTheLinger(t *testing.T) {
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.Inspect(ctx, "patient"); err != nil {
+		t.Fatal(err)
+	}
 	b.Settle()
 	for _, p := range proxies {
 		p.SetDelay(350 * time.Millisecond) // a 700 ms round trip
@@ -132,6 +135,18 @@ func TestNodeTimeoutAboveTheLinger(t *testing.T) {
 	waitFor(t, 10*time.Second, "the released lock still on a node", func() bool {
 		return slices.Equal(owners(direct, b.Key("patient")), make([]string, 3))
 	})
+
+	// Inspect and ForceRelease have no TTL to size their calls by, and give each node a second,
+	// or the node timeout when it is longer: 1.2 s round trips are within it.
+	for _, p := range proxies {
+		p.SetDelay(600 * time.Millisecond)
+	}
+	if _, err := c.Inspect(ctx, "patient"); err != nil {
+		t.Fatalf("Inspect over 1.2 s round trips with a 2 s node timeout: %v", err)
+	}
+	for _, p := range proxies {
+		p.SetDelay(350 * time.Millisecond)
+	}
 
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()

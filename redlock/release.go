@@ -187,9 +187,11 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info
 	if err != nil || !v.Held {
 		return v.Info, err
 	}
-	b.drop(ctx, name, v.Owner, b.all, forceTimeout)
+	b.drop(ctx, name, v.Owner, b.all, b.forceTimeout())
 	return v.Info, nil
 }
 
-// forceTimeout bounds each node call of the operator's calls, which have no TTL to size it by.
-const forceTimeout = time.Second
+// forceTimeout bounds each node call of the calls that have no TTL to size it by (Inspect,
+// ForceRelease): a second, or the node timeout when WithNodeTimeout sets a longer one, since a
+// node that answers within the node timeout is up.
+func (b *Backend) forceTimeout() time.Duration { return max(time.Second, b.nodeTimeout) }
