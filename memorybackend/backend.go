@@ -1,0 +1,379 @@
+package memorybackend
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// Backend is a fencelock.Backend on a Store: what one Client uses. It implements every optional
+// interface of the contract: a Queue (a fair line with hand-over), Semaphores, a ReleaseWatcher,
+// a LossWatcher (a lock that ends other than by its holder's release is pushed to the holder
+// at once), Namer, SemaphoreNamer and ForceReleaser. It is safe for concurrent use.
+//
+// Locking: mu guards the faults. It is never held while a call waits or the Store's mu is
+// taken.
+type Backend struct {
+	s      *Store
+	closed chan struct{}
+	once   sync.Once
+
+	mu         sync.Mutex
+	faults     []fault   // what the next calls meet, first first
+	partition  time.Time // calls sent before it reach the store only then
+	partitions int       // Partition calls, so that a later one can end an earlier one early
+}
+
+// fault is what one call meets.
+type fault struct {
+	drop    bool // its reply is lost
+	applied bool // with drop: it was applied first
+	delay   time.Duration
+}
+
+// DropNextReply makes the Backend's next call fail as if its reply were lost on the way: the
+// caller gets an error matching fencelock.ErrUnavailable, and cannot tell whether the store
+// applied the call; applied says whether it did. The Client then cleans up as after a timeout:
+// it releases, in the background, what the call may have taken.
+func (b *Backend) DropNextReply(applied bool) {
+	b.mu.Lock()
+	b.faults = append(b.faults, fault{drop: true, applied: applied})
+	b.mu.Unlock()
+}
+
+// DelayNextReply makes the store apply the Backend's next call at once and its reply arrive d
+// later; a caller whose context ends first gets its context's error, the call applied.
+func (b *Backend) DelayNextReply(d time.Duration) {
+	b.mu.Lock()
+	b.faults = append(b.faults, fault{delay: d})
+	b.mu.Unlock()
+}
+
+// Partition cuts the Backend off the store for d: its calls reach the store only when d has
+// passed, or fail with their context's error, unapplied, when it ends first. A renewal that
+// waits past its lock's validity deadline loses the lock in the Client, as behind a cut link.
+// A later Partition replaces an earlier one; Partition(0) ends it.
+func (b *Backend) Partition(d time.Duration) {
+	b.mu.Lock()
+	b.partition = time.Now().Add(d)
+	b.partitions++
+	b.mu.Unlock()
+}
+
+// Close ends the Backend: waits in line end with an error matching fencelock.ErrClosed, and
+// later calls fail so. What it holds stays in the Store until its TTL runs out, as a process's
+// locks stay in Redis when it exits. Close is idempotent.
+func (b *Backend) Close() error {
+	b.once.Do(func() { close(b.closed) })
+	return nil
+}
+
+var errReplyLost = fmt.Errorf("%w: memorybackend: the reply was lost (DropNextReply)", fencelock.ErrUnavailable)
+
+// call runs apply as one request of the Backend, through its faults: a partition holds it
+// back, a dropped reply loses its outcome, a delayed one comes late.
+func (b *Backend) call(ctx context.Context, apply func() error) error {
+	select {
+	case <-b.closed:
+		return errClosed
+	default:
+	}
+	if err := b.waitPartition(ctx); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	var f fault
+	if len(b.faults) > 0 {
+		f = b.faults[0]
+		b.faults = b.faults[1:]
+	}
+	b.mu.Unlock()
+	if f.drop && !f.applied {
+		return errReplyLost
+	}
+	err := apply()
+	switch {
+	case f.drop:
+		return errReplyLost
+	case f.delay > 0:
+		t := time.NewTimer(f.delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: memorybackend: the reply was delayed (DelayNextReply): %w", fencelock.ErrUnavailable, ctx.Err())
+		}
+	}
+	return err
+}
+
+// waitPartition waits until the Backend's partition, if any, has ended.
+func (b *Backend) waitPartition(ctx context.Context) error {
+	for {
+		b.mu.Lock()
+		until, n := b.partition, b.partitions
+		b.mu.Unlock()
+		left := time.Until(until)
+		if left <= 0 {
+			return nil
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: memorybackend: partitioned from the store: %w", fencelock.ErrUnavailable, ctx.Err())
+		case <-b.closed:
+			t.Stop()
+			return errClosed
+		}
+		b.mu.Lock()
+		again := b.partitions != n // moved meanwhile: look again
+		b.mu.Unlock()
+		if !again {
+			return nil
+		}
+	}
+}
+
+// errNoName is the error of a call with an empty name.
+var errNoName = fmt.Errorf("%w: empty lock name", fencelock.ErrInvalid)
+
+// check says why req cannot be asked for.
+func check(req fencelock.Request) error {
+	switch {
+	case req.Name == "":
+		return errNoName
+	case req.TTL <= 0:
+		return fmt.Errorf("%w: TTL %v: want a positive TTL", fencelock.ErrInvalid, req.TTL)
+	case req.Limit > 0:
+		return checkPermit(req)
+	}
+	return nil
+}
+
+// Acquire implements fencelock.Backend: one attempt.
+func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (g fencelock.Grant, err error) {
+	if err := check(req); err != nil {
+		return fencelock.Grant{}, err
+	}
+	cerr := b.call(ctx, func() error {
+		g, err = b.s.attempt(req)
+		return err
+	})
+	if cerr != err {
+		return fencelock.Grant{}, cerr
+	}
+	return g, err
+}
+
+// attempt is one attempt for req, now.
+func (s *Store) attempt(req fencelock.Request) (fencelock.Grant, error) {
+	var fx effects
+	s.mu.Lock()
+	now := time.Now()
+	e := s.get(req.Name)
+	s.settle(e, now, &fx)
+	var g fencelock.Grant
+	var err error
+	if req.Limit > 0 {
+		g, err = s.takePermit(e, req, now, len(e.permitLine))
+	} else {
+		g, err = s.takeLock(e, req, now)
+	}
+	s.finish(e, now, &fx)
+	s.mu.Unlock()
+	fx.run()
+	return g, err
+}
+
+// AcquireQueued implements fencelock.Queue: it waits in the line of the lock, or of the
+// semaphore, until a release or an expiry hands it what it asked for, or ctx ends.
+func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (g fencelock.Grant, err error) {
+	if err := check(req); err != nil {
+		return fencelock.Grant{}, err
+	}
+	start := time.Now()
+	cerr := b.call(ctx, func() error {
+		g, err = b.s.queued(ctx, b, req, start)
+		return err
+	})
+	if cerr != err {
+		return fencelock.Grant{}, cerr
+	}
+	return g, err
+}
+
+// Renew implements fencelock.Backend: the leases in one request.
+func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
+	out := make([]fencelock.Renewal, len(leases))
+	cerr := b.call(ctx, func() error {
+		s := b.s
+		var fx effects
+		s.mu.Lock()
+		now := time.Now()
+		for i, l := range leases {
+			e := s.get(l.Name)
+			s.settle(e, now, &fx)
+			if l.Limit > 0 {
+				out[i].Err = s.renewPermit(e, l, now)
+			} else {
+				out[i].Err = s.renewLock(e, l, now)
+			}
+			s.finish(e, now, &fx)
+		}
+		s.mu.Unlock()
+		fx.run()
+		return nil
+	})
+	if cerr != nil {
+		for i := range out {
+			out[i] = fencelock.Renewal{Err: cerr}
+		}
+	}
+	return out
+}
+
+// Release implements fencelock.Backend.
+func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (n int, err error) {
+	if lease.Name == "" {
+		return 0, errNoName
+	}
+	cerr := b.call(ctx, func() error {
+		n, err = b.s.release(lease, hold)
+		return err
+	})
+	if cerr != err {
+		return 0, cerr
+	}
+	return n, err
+}
+
+func (s *Store) release(lease fencelock.Lease, hold string) (int, error) {
+	var fx effects
+	s.mu.Lock()
+	now := time.Now()
+	e := s.get(lease.Name)
+	s.settle(e, now, &fx)
+	var n int
+	var err error
+	if lease.Limit > 0 {
+		n, err = s.releasePermit(e, lease, hold, &fx)
+	} else {
+		n, err = s.releaseLock(e, lease, hold, &fx)
+	}
+	s.finish(e, now, &fx)
+	s.mu.Unlock()
+	fx.run()
+	return n, err
+}
+
+// Inspect implements fencelock.Backend.
+func (b *Backend) Inspect(ctx context.Context, name string) (info fencelock.Info, err error) {
+	if name == "" {
+		return info, errNoName
+	}
+	err = b.call(ctx, func() error {
+		b.s.read(name, func(e *entry, now time.Time) { info = lockInfo(e, now) })
+		return nil
+	})
+	return info, err
+}
+
+// InspectSemaphore implements fencelock.Semaphores.
+func (b *Backend) InspectSemaphore(ctx context.Context, name string) (info fencelock.SemaphoreInfo, err error) {
+	if name == "" {
+		return info, errNoName
+	}
+	err = b.call(ctx, func() error {
+		b.s.read(name, func(e *entry, now time.Time) { info = semaphoreInfo(e, now) })
+		return nil
+	})
+	return info, err
+}
+
+// read runs fn on the entry of name, brought up to now, under s.mu.
+func (s *Store) read(name string, fn func(e *entry, now time.Time)) {
+	var fx effects
+	s.mu.Lock()
+	now := time.Now()
+	e := s.get(name)
+	s.settle(e, now, &fx)
+	fn(e, now)
+	s.finish(e, now, &fx)
+	s.mu.Unlock()
+	fx.run()
+}
+
+// ForceRelease implements fencelock.ForceReleaser: the holder learns of it at once.
+func (b *Backend) ForceRelease(ctx context.Context, name string) (info fencelock.Info, err error) {
+	if name == "" {
+		return info, errNoName
+	}
+	err = b.call(ctx, func() error {
+		b.s.change(name, func(e *entry, fx *effects) bool {
+			info = lockInfo(e, time.Now())
+			if e.lock != nil {
+				b.s.dropLock(e, fx, errForced)
+			}
+			return true
+		})
+		return nil
+	})
+	return info, err
+}
+
+// Names implements fencelock.Namer: the names whose lock is held, or waited for.
+func (b *Backend) Names(ctx context.Context, prefix string) (names []string, err error) {
+	err = b.call(ctx, func() error {
+		names = b.s.list(prefix, func(e *entry) bool { return e.lock != nil || len(e.lockLine) > 0 })
+		return nil
+	})
+	return names, err
+}
+
+// SemaphoreNames implements fencelock.SemaphoreNamer: the names whose semaphore has permits
+// held, or waited for.
+func (b *Backend) SemaphoreNames(ctx context.Context, prefix string) (names []string, err error) {
+	err = b.call(ctx, func() error {
+		names = b.s.list(prefix, func(e *entry) bool { return len(e.permits) > 0 || len(e.permitLine) > 0 })
+		return nil
+	})
+	return names, err
+}
+
+func (s *Store) list(prefix string, keep func(*entry) bool) []string {
+	var fx effects
+	s.mu.Lock()
+	now := time.Now()
+	var out []string
+	for name, e := range s.names {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		s.finish(e, now, &fx)
+		if keep(e) {
+			out = append(out, name)
+		}
+	}
+	s.mu.Unlock()
+	fx.run()
+	slices.Sort(out)
+	return out
+}
+
+var (
+	_ fencelock.Backend        = (*Backend)(nil)
+	_ fencelock.Queue          = (*Backend)(nil)
+	_ fencelock.Semaphores     = (*Backend)(nil)
+	_ fencelock.ReleaseWatcher = (*Backend)(nil)
+	_ fencelock.LossWatcher    = (*Backend)(nil)
+	_ fencelock.Namer          = (*Backend)(nil)
+	_ fencelock.SemaphoreNamer = (*Backend)(nil)
+	_ fencelock.ForceReleaser  = (*Backend)(nil)
+)

@@ -1,0 +1,92 @@
+package memorybackend
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// A lock has one holder: an owner, with one hold per acquisition (their IDs make a retried
+// release harmless), a token issued when the owner took it, and an expiry. A request of the
+// holder's owner enters the lock once more; any other waits in the lock's line, or is refused
+// with a *fencelock.HeldError when it makes one attempt.
+
+// takeLock makes one attempt at the lock for req, at now; s.mu is held. A one-attempt request
+// takes a free lock whatever the line (the line is never left waiting behind a free lock:
+// settle hands it over first).
+func (s *Store) takeLock(e *entry, req fencelock.Request, now time.Time) (fencelock.Grant, error) {
+	switch h := e.lock; {
+	case h == nil:
+		e.lock = s.newHolder(req, 1, now)
+		e.lockLast = e.lock.token
+		return fencelock.Grant{Token: e.lock.token, Count: 1}, nil
+	case h.owner == req.Owner:
+		return enter(h, req, 1, now), nil
+	default:
+		return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Remaining: h.expires.Sub(now)}
+	}
+}
+
+// newHolder is the holder of a first grant of weight to req at now; s.mu is held.
+func (s *Store) newHolder(req fencelock.Request, weight int, now time.Time) *holder {
+	return &holder{owner: req.Owner, token: s.nextToken(), holds: map[string]int{req.Hold: weight}, weight: weight, meta: req.Meta, expires: now.Add(req.TTL)}
+}
+
+// enter adds req's hold to h, its owner's: a re-entry, or a retry of an acquisition it made
+// already (the same hold ID), which adds nothing. The TTL only grows: a shorter one must not
+// cut another hold's short.
+func enter(h *holder, req fencelock.Request, weight int, now time.Time) fencelock.Grant {
+	if _, ok := h.holds[req.Hold]; !ok {
+		h.holds[req.Hold] = weight
+	}
+	if at := now.Add(req.TTL); at.After(h.expires) {
+		h.expires = at
+	}
+	return fencelock.Grant{Token: h.token, Count: h.count()}
+}
+
+// renewLock renews the lock for lease at now; s.mu is held.
+func (s *Store) renewLock(e *entry, lease fencelock.Lease, now time.Time) error {
+	h := e.lock
+	if h == nil || h.owner != lease.Owner || (lease.Token != 0 && h.token != lease.Token) {
+		return fmt.Errorf("%w: memorybackend: %q is not this owner's lock", fencelock.ErrNotHeld, lease.Name)
+	}
+	extend(h, lease, now)
+	return nil
+}
+
+// extend sets h's expiry for lease's renewal at now: a Refresh sets it, unless more holds than
+// the caller's share the lock (another Client under the same owner); a renewal only extends it.
+func extend(h *holder, lease fencelock.Lease, now time.Time) {
+	at := now.Add(lease.TTL)
+	if at.After(h.expires) || (lease.Refresh && h.count() <= lease.Holds) {
+		h.expires = at
+	}
+}
+
+// releaseLock ends hold of the lock for lease; s.mu is held. It returns the holds left.
+func (s *Store) releaseLock(e *entry, lease fencelock.Lease, hold string, fx *effects) (int, error) {
+	h := e.lock
+	if h == nil || h.owner != lease.Owner || (lease.Token != 0 && h.token != lease.Token) {
+		return 0, fmt.Errorf("%w: memorybackend: %q is not this owner's lock", fencelock.ErrNotHeld, lease.Name)
+	}
+	if _, ok := h.holds[hold]; !ok {
+		return h.count(), nil // released already: a retry
+	}
+	delete(h.holds, hold)
+	if n := h.count(); n > 0 {
+		return n, nil
+	}
+	s.dropLock(e, fx, errReleased)
+	return 0, nil
+}
+
+// lockInfo is what Inspect says of e's lock at now; s.mu is held.
+func lockInfo(e *entry, now time.Time) fencelock.Info {
+	info := fencelock.Info{Name: e.name, Token: e.lockLast}
+	if h := e.lock; h != nil {
+		info.Held, info.Owner, info.Count, info.Token, info.Remaining, info.Meta = true, h.owner, h.count(), h.token, h.expires.Sub(now), h.meta
+	}
+	return info
+}
