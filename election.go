@@ -95,7 +95,9 @@ const ObserveInterval = 250 * time.Millisecond
 // ctx ends, when it closes the channel. It looks again when the backend announces a release
 // (Redis), when the leader's TTL runs out, and every ObserveInterval; a change between two
 // looks is seen at the next one, and a term that began and ended between two looks is not
-// reported. A failure to read sends nothing and is tried again; it never ends the stream.
+// reported. Terms never go back: a read of a term lower than one sent already (a lagging
+// replica, a quorum read that met a minority) is stale, and is not sent. A failure to read
+// sends nothing and is tried again; it never ends the stream.
 // Observe fails only when the call itself is unusable (a nil Client or context, an empty name).
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if err := e.c.check(ctx, e.name); err != nil {
@@ -114,6 +116,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 		timer := time.NewTimer(0)
 		defer timer.Stop()
 		last, sent := Leader{}, false
+		var top int64 // the greatest term sent: a read of a lower one is stale, and not sent
 		for {
 			select {
 			case <-ctx.Done():
@@ -123,7 +126,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 			}
 			next := ObserveInterval
 			l, err := e.Leader(ctx)
-			if err == nil {
+			if err == nil && !(l.Elected && l.Term < top) {
 				if !sent || l.Elected != last.Elected || l.Term != last.Term {
 					select {
 					case out <- l:
@@ -131,6 +134,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 						return
 					}
 					last, sent = l, true
+					top = max(top, l.Term)
 				}
 				if l.Remaining > 0 {
 					next = min(next, l.Remaining+time.Millisecond)
