@@ -20,8 +20,12 @@ import (
 // taken.
 type Backend struct {
 	s      *Store
+	id     int // the Store's count of Backends when it was made: the gate's order
 	closed chan struct{}
-	once   sync.Once
+	// now is the clock of the Backend's process, when it is not the store's: the simulation
+	// gives its Clients clocks that drift, and a Backend measures its calls on its own.
+	now  func() time.Time
+	once sync.Once
 
 	mu         sync.Mutex
 	faults     []fault   // what the next calls meet, first first
@@ -73,11 +77,19 @@ func (b *Backend) Close() error {
 	return nil
 }
 
+func (b *Backend) clock() time.Time {
+	if b.now != nil {
+		return b.now()
+	}
+	return time.Now()
+}
+
 var errReplyLost = fmt.Errorf("%w: memorybackend: the reply was lost (DropNextReply)", fencelock.ErrUnavailable)
 
 // call runs apply as one request of the Backend, through its faults: a partition holds it
-// back, a dropped reply loses its outcome, a delayed one comes late.
-func (b *Backend) call(ctx context.Context, apply func() error) error {
+// back, a dropped reply loses its outcome, a delayed one comes late. op and name say what it
+// is, for the Store's gate.
+func (b *Backend) call(ctx context.Context, op, name string, apply func() error) error {
 	select {
 	case <-b.closed:
 		return errClosed
@@ -85,6 +97,9 @@ func (b *Backend) call(ctx context.Context, apply func() error) error {
 	}
 	if err := b.waitPartition(ctx); err != nil {
 		return err
+	}
+	if g := b.s.gate; g != nil {
+		g(ctx, b, op, name)
 	}
 	b.mu.Lock()
 	var f fault
@@ -162,7 +177,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (g fencelo
 	if err := check(req); err != nil {
 		return fencelock.Grant{}, err
 	}
-	cerr := b.call(ctx, func() error {
+	cerr := b.call(ctx, "acquire", req.Name, func() error {
 		g, err = b.s.attempt(req)
 		return err
 	})
@@ -198,9 +213,14 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (g f
 	if err := check(req); err != nil {
 		return fencelock.Grant{}, err
 	}
-	start := time.Now()
-	cerr := b.call(ctx, func() error {
+	start, began := time.Now(), b.clock()
+	cerr := b.call(ctx, "queue", req.Name, func() error {
 		g, err = b.s.queued(ctx, b, req, start)
+		if err == nil && g.Waited {
+			// Measured on the caller's clock, as a real backend measures it in its process:
+			// the store's clock may run at another rate.
+			g.Elapsed = b.clock().Sub(began)
+		}
 		return err
 	})
 	if cerr != err {
@@ -212,7 +232,16 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (g f
 // Renew implements fencelock.Backend: the leases in one request.
 func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
 	out := make([]fencelock.Renewal, len(leases))
-	cerr := b.call(ctx, func() error {
+	var names string
+	if b.s.gate != nil {
+		all := make([]string, len(leases))
+		for i, l := range leases {
+			all[i] = l.Name
+		}
+		slices.Sort(all)
+		names = strings.Join(all, ",")
+	}
+	cerr := b.call(ctx, "renew", names, func() error {
 		s := b.s
 		var fx effects
 		s.mu.Lock()
@@ -244,7 +273,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	if lease.Name == "" {
 		return 0, errNoName
 	}
-	cerr := b.call(ctx, func() error {
+	cerr := b.call(ctx, "release", lease.Name, func() error {
 		n, err = b.s.release(lease, hold)
 		return err
 	})
@@ -278,7 +307,7 @@ func (b *Backend) Inspect(ctx context.Context, name string) (info fencelock.Info
 	if name == "" {
 		return info, errNoName
 	}
-	err = b.call(ctx, func() error {
+	err = b.call(ctx, "inspect", name, func() error {
 		b.s.read(name, func(e *entry, now time.Time) { info = lockInfo(e, now) })
 		return nil
 	})
@@ -290,7 +319,7 @@ func (b *Backend) InspectSemaphore(ctx context.Context, name string) (info fence
 	if name == "" {
 		return info, errNoName
 	}
-	err = b.call(ctx, func() error {
+	err = b.call(ctx, "inspect-semaphore", name, func() error {
 		b.s.read(name, func(e *entry, now time.Time) { info = semaphoreInfo(e, now) })
 		return nil
 	})
@@ -315,7 +344,7 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (info fencelock
 	if name == "" {
 		return info, errNoName
 	}
-	err = b.call(ctx, func() error {
+	err = b.call(ctx, "force-release", name, func() error {
 		b.s.change(name, func(e *entry, fx *effects) bool {
 			info = lockInfo(e, time.Now())
 			if e.lock != nil {
@@ -330,7 +359,7 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (info fencelock
 
 // Names implements fencelock.Namer: the names whose lock is held, or waited for.
 func (b *Backend) Names(ctx context.Context, prefix string) (names []string, err error) {
-	err = b.call(ctx, func() error {
+	err = b.call(ctx, "names", prefix, func() error {
 		names = b.s.list(prefix, func(e *entry) bool { return e.lock != nil || len(e.lockLine) > 0 })
 		return nil
 	})
@@ -340,7 +369,7 @@ func (b *Backend) Names(ctx context.Context, prefix string) (names []string, err
 // SemaphoreNames implements fencelock.SemaphoreNamer: the names whose semaphore has permits
 // held, or waited for.
 func (b *Backend) SemaphoreNames(ctx context.Context, prefix string) (names []string, err error) {
-	err = b.call(ctx, func() error {
+	err = b.call(ctx, "semaphore-names", prefix, func() error {
 		names = b.s.list(prefix, func(e *entry) bool { return len(e.permits) > 0 || len(e.permitLine) > 0 })
 		return nil
 	})

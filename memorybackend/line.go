@@ -97,6 +97,7 @@ func (s *Store) queued(ctx context.Context, b *Backend, req fencelock.Request, s
 	case r := <-w.done:
 		return r.g, r.err
 	case <-ctx.Done():
+		s.pass(context.WithoutCancel(ctx), b, "leave", req.Name)
 		return fencelock.Grant{}, s.leave(w, line, ctx.Err())
 	case <-b.closed:
 		return fencelock.Grant{}, s.leave(w, line, errClosed)

@@ -1,6 +1,7 @@
 package memorybackend
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,6 +20,12 @@ type Store struct {
 	mu    sync.Mutex
 	names map[string]*entry
 	token int64 // the last token issued, for any name: tokens only grow
+	// backends counts the Backends made, to number them.
+	backends int
+	// gate, when set before any call, is passed by each call before it reaches the store, and
+	// returns when the call may go on: the deterministic simulation (sim_test.go) orders the
+	// calls that arrive at one moment of virtual time by its seed.
+	gate func(ctx context.Context, b *Backend, op, name string)
 }
 
 // New returns an empty Store.
@@ -67,7 +74,13 @@ type grantReply struct {
 // Backend returns a Backend of the Store: what one Client uses, as a process has its own
 // connection to a shared server. Faults (DropNextReply, DelayNextReply, Partition) are the
 // Backend's alone.
-func (s *Store) Backend() *Backend { return &Backend{s: s, closed: make(chan struct{})} }
+func (s *Store) Backend() *Backend {
+	s.mu.Lock()
+	s.backends++
+	id := s.backends
+	s.mu.Unlock()
+	return &Backend{s: s, id: id, closed: make(chan struct{})}
+}
 
 // get returns the entry of name, made when missing; s.mu is held.
 func (s *Store) get(name string) *entry {
@@ -159,7 +172,8 @@ func (s *Store) lost(e *entry, who string, fx *effects, why error) {
 		if owner == who {
 			delete(e.losses, w)
 			if why != errReleased {
-				fx.lost = append(fx.lost, func() { w.lost(why) })
+				name := e.name
+				fx.lost = append(fx.lost, func() { s.pass(context.Background(), nil, "lost", name); w.lost(why) })
 			}
 		}
 	}
@@ -195,8 +209,18 @@ func (s *Store) arm(e *entry, now time.Time) {
 	}
 }
 
+// pass waits at the gate, when there is one, for what is not a call of a Backend's but
+// changes the store or a caller at a moment of its own: a timer's expiry, a pushed loss, a
+// waiter that leaves when its context ends.
+func (s *Store) pass(ctx context.Context, b *Backend, op, name string) {
+	if s.gate != nil {
+		s.gate(ctx, b, op, name)
+	}
+}
+
 // expireDue is the timer of a name: what expired goes, and the line moves on.
 func (s *Store) expireDue(name string) {
+	s.pass(context.Background(), nil, "expire", name)
 	var fx effects
 	s.mu.Lock()
 	if e := s.names[name]; e != nil {

@@ -26,7 +26,7 @@ func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{
 		return nil, nil, errNoName
 	}
 	w := &watch{ch: make(chan struct{}, 1)}
-	err := b.call(ctx, func() error {
+	err := b.call(ctx, "watch-release", name, func() error {
 		b.s.mu.Lock()
 		e := b.s.get(name)
 		if e.released == nil {
