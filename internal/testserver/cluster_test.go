@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestClusterKeysAcrossSlots(t *testing.T) {
@@ -62,5 +64,43 @@ func TestNewClusterNeedsThreeMasters(t *testing.T) {
 	if c, err := NewCluster(2); err == nil {
 		c.Close()
 		t.Fatal("NewCluster(2) succeeded")
+	}
+}
+
+// MoveSlot moves a slot with its keys, and the old owner drops the slot's shard-channel
+// subscriptions, telling its subscribers so.
+func TestClusterMoveSlot(t *testing.T) {
+	t.Parallel()
+	c := StartCluster(t, 3)
+	ctx := context.Background()
+	cc := c.ClientT(t)
+	const key = "{moved}:key"
+	slot64, err := cc.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := int(slot64)
+	if err := cc.Set(ctx, key, "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	from, err := c.SlotOwner(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := directClient(t, c.Nodes[from].Addr).SSubscribe(ctx, "{moved}:channel")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	to := (from + 1) % len(c.Nodes)
+	if err := c.MoveSlot(ctx, slot, to); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := directClient(t, c.Nodes[to].Addr).Get(ctx, key).Result(); err != nil || got != "v" {
+		t.Fatalf("GET %s on the new owner = %q, %v; want v", key, got, err)
+	}
+	msg, err := sub.Receive(ctx)
+	if s, ok := msg.(*redis.Subscription); err != nil || !ok || s.Kind != "sunsubscribe" {
+		t.Fatalf("the old owner's subscriber got %v, %v; want its sunsubscribe", msg, err)
 	}
 }
