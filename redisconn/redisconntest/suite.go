@@ -1,6 +1,8 @@
 // Package redisconntest is the suite every redisconn.Conn passes: the go-redis Conn of the root
 // module and each adapter's, on a single node, a Cluster and a Sentinel deployment that the
-// suite starts (real servers on loopback ports; see internal/testserver for what it needs).
+// suite starts (real servers on loopback ports; see internal/testserver for what it needs),
+// and on a single node that refuses HELLO, so that clients speak RESP2 to it. Besides what a
+// Conn does on healthy servers, the suite checks what it does under the faults of faults.go.
 package redisconntest
 
 import (
@@ -22,6 +24,11 @@ type Deployment struct {
 	Kind       Kind
 	Addrs      []string // the node, the Cluster's masters, or the sentinels
 	MasterName string   // of a Sentinel deployment
+	// RESP2 says that the servers refuse HELLO, as Redis 5 and some proxies do: a client
+	// speaks RESP2 to them, whatever protocol it asks for.
+	RESP2 bool
+
+	servers servers // what the fault cases restart and reshard
 }
 
 // Kind is the shape of a deployment.
@@ -36,14 +43,12 @@ const (
 // Dial makes the Conn under test for d; what it opens it closes with t.Cleanup.
 type Dial func(t *testing.T, d Deployment) redisconn.Conn
 
-// Run runs the suite on each kind of deployment.
+// Run runs the suite on each kind of deployment, and on a single node that speaks RESP2.
 func Run(t *testing.T, dial Dial) {
-	Deployments(t, func(t *testing.T, d Deployment) {
-		masters := 1
-		if d.Kind == Cluster {
-			masters = len(d.Addrs)
-		}
-		runOn(t, dial(t, d), d.Kind, masters)
+	Deployments(t, func(t *testing.T, d Deployment) { runOn(t, dial, d) })
+	t.Run("single-resp2", func(t *testing.T) {
+		r := testserver.StartRedis(t, "--rename-command", "HELLO", "")
+		runOn(t, dial, Deployment{Kind: Single, Addrs: []string{r.Addr}, RESP2: true, servers: servers{single: r}})
 	})
 }
 
@@ -52,27 +57,40 @@ func Run(t *testing.T, dial Dial) {
 func Deployments(t *testing.T, fn func(t *testing.T, d Deployment)) {
 	t.Run(string(Single), func(t *testing.T) {
 		r := testserver.StartRedis(t)
-		fn(t, Deployment{Kind: Single, Addrs: []string{r.Addr}})
+		fn(t, Deployment{Kind: Single, Addrs: []string{r.Addr}, servers: servers{single: r}})
 	})
 	t.Run(string(Cluster), func(t *testing.T) {
 		c := testserver.StartCluster(t, 3)
-		fn(t, Deployment{Kind: Cluster, Addrs: c.Addrs})
+		fn(t, Deployment{Kind: Cluster, Addrs: c.Addrs, servers: servers{cluster: c}})
 	})
 	t.Run(string(Sentinel), func(t *testing.T) {
 		s := testserver.StartSentinel(t)
-		fn(t, Deployment{Kind: Sentinel, Addrs: s.SentinelAddrs, MasterName: s.MasterName})
+		fn(t, Deployment{Kind: Sentinel, Addrs: s.SentinelAddrs, MasterName: s.MasterName, servers: servers{sentinel: s}})
 	})
 }
 
-func runOn(t *testing.T, c redisconn.Conn, kind Kind, masters int) {
-	t.Run("Deployment", func(t *testing.T) { testDeployment(t, c, kind, masters) })
+func runOn(t *testing.T, dial Dial, d Deployment) {
+	c := dial(t, d)
+	masters := 1
+	if d.Kind == Cluster {
+		masters = len(d.Addrs)
+	}
+	t.Run("Deployment", func(t *testing.T) { testDeployment(t, c, d.Kind, masters) })
 	t.Run("Replies", func(t *testing.T) { testReplies(t, c) })
 	t.Run("NoScript", func(t *testing.T) { testNoScript(t, c) })
 	t.Run("Batch", func(t *testing.T) { testBatch(t, c) })
-	t.Run("Wait", func(t *testing.T) { testWait(t, c, kind) })
+	t.Run("Wait", func(t *testing.T) { testWait(t, c, d.Kind) })
 	t.Run("PubSub", func(t *testing.T) { testPubSub(t, c) })
-	t.Run("PubSubReconnect", func(t *testing.T) { testPubSubReconnect(t, c, kind) })
+	t.Run("PubSubReconnect", func(t *testing.T) { testPubSubReconnect(t, c, d.Kind) })
 	t.Run("Tracking", func(t *testing.T) { testTracking(t, c) })
+	// The faults last: they restart and reshard the servers.
+	t.Run("SubscribeDuringReconnect", func(t *testing.T) { testSubscribeDuringReconnect(t, c, d.Kind) })
+	if d.Kind == Cluster {
+		t.Run("SlotMove", func(t *testing.T) { testSlotMove(t, c, d) })
+	}
+	if d.Kind == Single {
+		t.Run("Restart", func(t *testing.T) { testRestart(t, c, d) })
+	}
 }
 
 func ctxFor(t *testing.T) context.Context {

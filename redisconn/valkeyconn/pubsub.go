@@ -13,47 +13,134 @@ import (
 	"github.com/fencelock/fencelock/redisconn"
 )
 
-// resubscribeEvery is how long a PubSub waits before it tries again to connect and subscribe
-// after a lost connection.
-const resubscribeEvery = 250 * time.Millisecond
+const (
+	// resubscribeEvery is how long a PubSub waits before it tries again to connect and
+	// subscribe after a lost connection.
+	resubscribeEvery = 250 * time.Millisecond
+	// resubscribeTimeout bounds one such try, with its dial.
+	resubscribeTimeout = 5 * time.Second
+)
 
 var errNotConnected = errors.New("valkeyconn: the subscription connection is being made again")
 
-// A pubsub is one dedicated valkey-go connection with pub/sub hooks. valkey-go does not carry the
-// subscriptions of a dedicated connection over a lost one, so the pubsub does: its keeper
-// goroutine connects again and sends the subscription of every channel it has, which the
-// server acknowledges again.
+// A pubsub is one dedicated valkey-go connection at a time, with pub/sub hooks. valkey-go does not
+// carry the subscriptions of a dedicated connection over a lost one, so the pubsub does: each
+// connection it makes subscribes every channel recorded, whoever makes it — Subscribe, or the
+// keeper goroutine of the connection before, which waits for it to end and connects again.
 //
-// Locking: mu guards dc, release, channels and closed, and nobody holds it across a network
-// call but Subscribe and Unsubscribe, which send on dc.
+// A connection that ended, or that a send failed on, is closed and never used again, nor handed
+// back to valkey-go's pool: in RESP2 valkey-go keeps a dedicated connection's pub/sub connection
+// for the connection's life, dead or not, and on a Cluster a dedicated connection stays on the
+// node it first reached, which answers MOVED once the slot moved. The next connection is made
+// by the client's current view (valkey-go refreshes its slot map after a MOVED reply).
+//
+// Locking: mu guards link, channels and closed, and nobody holds it across a network call.
+// sending, a semaphore that a caller waits for within its context, is held across each send
+// and the dial before it, so that the server gets the (un)subscriptions in the order they were
+// recorded; Close does not take it.
 type pubsub struct {
 	c       valkey.Client
+	cluster bool
 	sharded bool
 
+	sending chan struct{}
+
 	mu       sync.Mutex
-	dc       valkey.DedicatedClient // nil before the first Subscribe and while reconnecting
-	release  func()
+	link     *link               // nil before the first Subscribe, and between two connections
 	channels map[string]struct{} // what the server should have subscribed
 	closed   bool
 
 	events chan redisconn.Event // from the hooks to Receive
 	done   chan struct{}        // closed by Close
-	ctx    context.Context      // the keeper's calls; cancelled by Close
+	ctx    context.Context      // the keepers' calls; cancelled by Close
 	cancel context.CancelFunc
-	keeper sync.WaitGroup
+	owned  sync.WaitGroup // the keepers and the dials; started only while open
 }
+
+// link is one dedicated connection.
+type link struct {
+	dc   valkey.DedicatedClient
+	lost <-chan error // closed when the connection ends
+	once sync.Once
+}
+
+// close ends the connection; valkey-go then drops it from its pool.
+func (l *link) close() { l.once.Do(l.dc.Close) }
 
 func (c *conn) PubSub(ctx context.Context, sharded, reroute bool) redisconn.PubSub {
-	// valkey-go follows a moved slot by itself: reroute has nothing to add.
+	// reroute has nothing to add: each new connection is made by the client's current slot map.
 	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	return &pubsub{c: c.c, sharded: sharded, channels: make(map[string]struct{}), events: make(chan redisconn.Event, 64), done: make(chan struct{}), ctx: kctx, cancel: cancel}
+	return &pubsub{
+		c: c.c, cluster: c.cluster, sharded: sharded,
+		sending:  make(chan struct{}, 1),
+		channels: make(map[string]struct{}),
+		events:   make(chan redisconn.Event, 64),
+		done:     make(chan struct{}),
+		ctx:      kctx, cancel: cancel,
+	}
 }
 
-// connect makes the dedicated connection and its hooks, and starts the keeper that watches
-// it; the caller holds mu.
-func (p *pubsub) connect() {
-	p.dc, p.release = p.c.Dedicate()
-	lost := p.dc.SetPubSubHooks(valkey.PubSubHooks{
+// lockSending takes the send semaphore, unless ctx ends first.
+func (p *pubsub) lockSending(ctx context.Context) error {
+	select {
+	case p.sending <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *pubsub) unlockSending() { <-p.sending }
+
+// goOwned starts f as a goroutine that Close waits for, unless the pubsub is closed.
+func (p *pubsub) goOwned(f func()) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.owned.Go(f)
+	return true
+}
+
+// dial makes a dedicated connection with the pubsub's hooks. A Cluster client's connects on its
+// first command, within that command's context. A single node's or Sentinel's connects at
+// once, without a context, for as long as the client's Dialer.Timeout (5 s by default) when
+// the server does not answer: that dial runs apart, so that ctx bounds the wait for it, and
+// what it makes after ctx ended is closed.
+func (p *pubsub) dial(ctx context.Context) (*link, error) {
+	if p.cluster {
+		dc, _ := p.c.Dedicate()
+		return p.hook(dc), nil
+	}
+	made, abandoned := make(chan *link), make(chan struct{})
+	started := p.goOwned(func() {
+		dc, _ := p.c.Dedicate()
+		l := p.hook(dc)
+		select {
+		case made <- l:
+		case <-abandoned:
+			l.close()
+		}
+	})
+	if !started {
+		return nil, valkey.ErrClosing
+	}
+	select {
+	case l := <-made:
+		return l, nil
+	case <-ctx.Done():
+		close(abandoned)
+		return nil, ctx.Err()
+	case <-p.done:
+		close(abandoned)
+		return nil, valkey.ErrClosing
+	}
+}
+
+// hook sets the pubsub's hooks on dc.
+func (p *pubsub) hook(dc valkey.DedicatedClient) *link {
+	lost := dc.SetPubSubHooks(valkey.PubSubHooks{
 		OnMessage: func(m valkey.PubSubMessage) {
 			p.emit(redisconn.Event{Kind: redisconn.Message, Channel: m.Channel, Payload: m.Message})
 		},
@@ -66,8 +153,7 @@ func (p *pubsub) connect() {
 			}
 		},
 	})
-	dc := p.dc
-	p.keeper.Go(func() { p.keep(dc, lost) })
+	return &link{dc: dc, lost: lost}
 }
 
 // emit hands e to Receive, unless the pubsub is closed.
@@ -78,53 +164,100 @@ func (p *pubsub) emit(e redisconn.Event) {
 	}
 }
 
-// keep waits for dc's connection to end; unless the pubsub closed meanwhile, it connects
-// again and subscribes every channel again, until that succeeds or the pubsub closes.
-func (p *pubsub) keep(dc valkey.DedicatedClient, lost <-chan error) {
-	for range lost {
+// connect makes the next connection, makes it the current one and starts its keeper; the
+// caller holds sending.
+func (p *pubsub) connect(ctx context.Context) (*link, error) {
+	l, err := p.dial(ctx)
+	if err != nil {
+		return nil, err
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		l.close()
+		return nil, valkey.ErrClosing
+	}
+	p.link = l
+	p.owned.Go(func() { p.keep(l) })
+	return l, nil
+}
+
+// drop closes l and forgets it, if it is still the current connection.
+func (p *pubsub) drop(l *link) {
+	p.mu.Lock()
+	if p.link == l {
+		p.link = nil
+	}
+	p.mu.Unlock()
+	l.close()
+}
+
+// keep waits for l's connection to end, closes it, and — unless a Subscribe made the next one
+// meanwhile, or there is nothing to subscribe — connects again and subscribes every channel,
+// every resubscribeEvery until that succeeds or the pubsub closes.
+func (p *pubsub) keep(l *link) {
+	for range l.lost {
+	}
+	p.drop(l)
 	for {
-		p.mu.Lock()
-		if p.closed || p.dc != dc {
-			p.mu.Unlock()
-			return
-		}
-		p.release()
-		p.dc = nil
-		p.mu.Unlock()
 		select {
 		case <-time.After(resubscribeEvery):
 		case <-p.done:
 			return
 		}
-		p.mu.Lock()
-		if p.closed || p.dc != nil {
-			// Closed, or a Subscribe made the connection meanwhile, with its own keeper.
-			p.mu.Unlock()
-			return
-		}
-		p.connect()
-		dc = p.dc
-		names := make([]string, 0, len(p.channels))
-		for name := range p.channels {
-			names = append(names, name)
-		}
-		var err error
-		if len(names) > 0 {
-			ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
-			err = p.send(ctx, dc, true, names)
-			cancel()
-		}
-		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(p.ctx, resubscribeTimeout)
+		err := p.reconnect(ctx)
+		cancel()
 		if err == nil {
-			return // the new connection's keeper watches it
+			return // the new connection, if any, has a keeper of its own
 		}
 	}
 }
 
-// send sends the (un)subscription of names on dc.
-func (p *pubsub) send(ctx context.Context, dc valkey.DedicatedClient, subscribe bool, names []string) error {
-	b := dc.B()
+// reconnect makes a new connection and subscribes every channel on it, if there is no
+// connection and something to subscribe.
+func (p *pubsub) reconnect(ctx context.Context) error {
+	if err := p.lockSending(ctx); err != nil {
+		return err
+	}
+	defer p.unlockSending()
+	p.mu.Lock()
+	idle := p.closed || p.link != nil || len(p.channels) == 0
+	p.mu.Unlock()
+	if idle {
+		return nil
+	}
+	return p.subscribe(ctx, nil)
+}
+
+// subscribe sends the subscription of names on the current connection; without one, it makes
+// one and subscribes every channel recorded. A connection the send fails on is dropped. The
+// caller holds sending.
+func (p *pubsub) subscribe(ctx context.Context, names []string) error {
+	p.mu.Lock()
+	l := p.link
+	p.mu.Unlock()
+	if l == nil {
+		var err error
+		if l, err = p.connect(ctx); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		names = make([]string, 0, len(p.channels))
+		for name := range p.channels {
+			names = append(names, name)
+		}
+		p.mu.Unlock()
+		if len(names) == 0 {
+			return nil
+		}
+	}
+	return p.send(ctx, l, true, names)
+}
+
+// send sends the (un)subscription of names on l, and drops l if that fails.
+func (p *pubsub) send(ctx context.Context, l *link, subscribe bool, names []string) error {
+	b := l.dc.B()
 	var cmd valkey.Completed
 	switch {
 	case p.sharded && subscribe:
@@ -136,35 +269,47 @@ func (p *pubsub) send(ctx context.Context, dc valkey.DedicatedClient, subscribe 
 	default:
 		cmd = b.Unsubscribe().Channel(names...).Build()
 	}
-	return dc.Do(ctx, cmd).Error()
+	err := l.dc.Do(ctx, cmd).Error()
+	if err != nil {
+		p.drop(l)
+	}
+	return err
 }
 
 func (p *pubsub) Subscribe(ctx context.Context, channels ...string) error {
+	if err := p.lockSending(ctx); err != nil {
+		return err
+	}
+	defer p.unlockSending()
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return valkey.ErrClosing
 	}
 	for _, ch := range channels {
 		p.channels[ch] = struct{}{}
 	}
-	if p.dc == nil {
-		p.connect()
-	}
-	return p.send(ctx, p.dc, true, channels)
+	p.mu.Unlock()
+	return p.subscribe(ctx, channels)
 }
 
 func (p *pubsub) Unsubscribe(ctx context.Context, channels ...string) error {
+	if err := p.lockSending(ctx); err != nil {
+		return err
+	}
+	defer p.unlockSending()
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for _, ch := range channels {
 		delete(p.channels, ch)
 	}
-	if p.closed || p.dc == nil {
+	l := p.link
+	closed := p.closed
+	p.mu.Unlock()
+	if closed || l == nil {
 		// No connection: the next one will not subscribe them, and no acknowledgement comes.
 		return errNotConnected
 	}
-	return p.send(ctx, p.dc, false, channels)
+	return p.send(ctx, l, false, channels)
 }
 
 func (p *pubsub) Receive(handle func(redisconn.Event)) {
@@ -178,8 +323,10 @@ func (p *pubsub) Receive(handle func(redisconn.Event)) {
 	}
 }
 
+// Close ends the connection, and waits for the keepers and for a dial that a Subscribe gave up
+// waiting for (which ends within the client's Dialer.Timeout).
 func (p *pubsub) Close() error {
-	p.cancel() // first: the keeper may hold mu in a call
+	p.cancel() // a keeper's call ends
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -187,11 +334,12 @@ func (p *pubsub) Close() error {
 	}
 	p.closed = true
 	close(p.done)
-	if p.dc != nil {
-		p.release()
-		p.dc = nil
-	}
+	l := p.link
+	p.link = nil
 	p.mu.Unlock()
-	p.keeper.Wait()
+	if l != nil {
+		l.close()
+	}
+	p.owned.Wait()
 	return nil
 }
