@@ -2,6 +2,7 @@ package redisconntest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -11,11 +12,48 @@ import (
 	"github.com/fencelock/fencelock/redisconn"
 )
 
-// servers are the processes of a Deployment, which the fault cases restart and reshard.
+// servers are the processes of a Deployment, which the fault cases stop, restart and reshard.
 type servers struct {
 	single   *testserver.Redis
 	cluster  *testserver.Cluster
 	sentinel *testserver.Sentinel
+}
+
+// pause stops (SIGSTOP) the servers that answer a Conn's commands — the node, the Sentinel's
+// master, every master of the Cluster — and returns what resumes them. Only the data nodes
+// stop: the sentinel goes on answering, as it does when the master's host stalls.
+func (s servers) pause(t *testing.T, ctx context.Context) (resume func()) {
+	t.Helper()
+	var nodes []*testserver.Redis
+	switch {
+	case s.single != nil:
+		nodes = []*testserver.Redis{s.single}
+	case s.cluster != nil:
+		nodes = s.cluster.Nodes
+	case s.sentinel != nil:
+		addr, err := s.sentinel.CurrentMaster(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = []*testserver.Redis{s.sentinel.Node(addr)}
+	}
+	var paused []*testserver.Redis
+	resume = func() {
+		for _, n := range paused {
+			if err := n.Resume(); err != nil {
+				t.Error(err)
+			}
+		}
+		paused = nil
+	}
+	for _, n := range nodes {
+		if err := n.Pause(); err != nil {
+			resume()
+			t.Fatal(err)
+		}
+		paused = append(paused, n)
+	}
+	return resume
 }
 
 // awaitAll waits for every event of want, in any order.
@@ -277,4 +315,86 @@ func follow(t *testing.T, ctx context.Context, c redisconn.Conn, channel string)
 	}
 	t.Fatalf("%s not subscribed again within 20s; the last send: %v", channel, lastErr)
 	return nil, nil, nil
+}
+
+// deadlineSlack is how long past its context's deadline a call may return: the figure the
+// README promises for fencelock's calls, which make these.
+const deadlineSlack = 100 * time.Millisecond
+
+// testStoppedServer stops the servers (SIGSTOP) under a new Conn and makes each kind of call
+// with a short deadline: each fails, and returns by the deadline plus deadlineSlack. The
+// Conn is new so that no idle connection of an earlier test spares it a dial.
+func testStoppedServer(t *testing.T, dial Dial, d Deployment) {
+	ctx := ctxFor(t)
+	c := dial(t, d)
+	key := "redisconntest:{" + t.Name() + "}"
+	if _, err := c.Eval(ctx, replies, []string{key}, "incr"); err != nil {
+		t.Fatal(err) // the Conn is connected while the servers answer
+	}
+	const deadline = 300 * time.Millisecond
+	calls := []struct {
+		name string
+		call func(ctx context.Context) error
+		// mayPass is set for a call that may succeed without an answer: a subscription
+		// written on a connection is acknowledged later.
+		mayPass bool
+	}{
+		{name: "Eval", call: func(ctx context.Context) error {
+			_, err := c.Eval(ctx, replies, []string{key}, "incr")
+			return err
+		}},
+		{name: "EvalBatch", call: func(ctx context.Context) error {
+			calls := batchOf(t.Name(), 4)
+			c.EvalBatch(ctx, calls)
+			var errs []error
+			for _, call := range calls {
+				if call.Err == nil {
+					return fmt.Errorf("call on %s answered %v", call.Keys[0], call.Reply)
+				}
+				errs = append(errs, call.Err)
+			}
+			return errors.Join(errs...)
+		}},
+		{name: "EvalWait", call: func(ctx context.Context) error {
+			_, _, err := c.EvalWait(ctx, replies, []string{key}, []any{"incr"}, 1, time.Second)
+			return err
+		}},
+		{name: "ForEachMaster", call: func(ctx context.Context) error {
+			return c.ForEachMaster(ctx, func(ctx context.Context, n redisconn.Node) error {
+				_, err := n.Do(ctx, "PING")
+				return err
+			})
+		}},
+		{name: "Subscribe", mayPass: true, call: func(ctx context.Context) error {
+			ps := c.PubSub(ctx, d.Kind == Cluster, false)
+			// Closed after the servers resume: Close may wait for a dial the call gave up on.
+			t.Cleanup(func() { _ = ps.Close() })
+			return ps.Subscribe(ctx, key)
+		}},
+	}
+	resume := d.servers.pause(t, ctx)
+	defer resume()
+	var wg sync.WaitGroup
+	for _, tc := range calls {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			start := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- tc.call(cctx) }()
+			select {
+			case err := <-done:
+				took := time.Since(start)
+				if took > deadline+deadlineSlack {
+					t.Errorf("%s returned after %v with a %v deadline (%v)", tc.name, took.Round(time.Millisecond), deadline, err)
+				}
+				if err == nil && !tc.mayPass {
+					t.Errorf("%s succeeded against stopped servers", tc.name)
+				}
+			case <-time.After(deadline + 10*time.Second):
+				t.Errorf("%s had not returned 10s after its %v deadline", tc.name, deadline)
+			}
+		})
+	}
+	wg.Wait()
 }

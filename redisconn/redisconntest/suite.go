@@ -28,7 +28,7 @@ type Deployment struct {
 	// speaks RESP2 to them, whatever protocol it asks for.
 	RESP2 bool
 
-	servers servers // what the fault cases restart and reshard
+	servers servers // what the fault cases stop, restart and reshard
 }
 
 // Kind is the shape of a deployment.
@@ -83,7 +83,7 @@ func runOn(t *testing.T, dial Dial, d Deployment) {
 	t.Run("PubSub", func(t *testing.T) { testPubSub(t, c) })
 	t.Run("PubSubReconnect", func(t *testing.T) { testPubSubReconnect(t, c, d.Kind) })
 	t.Run("Tracking", func(t *testing.T) { testTracking(t, c) })
-	// The faults last: they restart and reshard the servers.
+	// The faults last: they stop, restart and reshard the servers.
 	t.Run("SubscribeDuringReconnect", func(t *testing.T) { testSubscribeDuringReconnect(t, c, d.Kind) })
 	if d.Kind == Cluster {
 		t.Run("SlotMove", func(t *testing.T) { testSlotMove(t, c, d) })
@@ -91,6 +91,7 @@ func runOn(t *testing.T, dial Dial, d Deployment) {
 	if d.Kind == Single {
 		t.Run("Restart", func(t *testing.T) { testRestart(t, c, d) })
 	}
+	t.Run("StoppedServer", func(t *testing.T) { testStoppedServer(t, dial, d) })
 }
 
 func ctxFor(t *testing.T) context.Context {

@@ -144,3 +144,41 @@ func TestFence(t *testing.T) {
 		t.Fatalf("a missing key: got %v, want ErrNotFound", err)
 	}
 }
+
+// A TryObtain with WithReplicas returns by its deadline against a stopped server, on a client
+// that has made no WAIT before: its first EvalWait must not dial a connection without the
+// call's context (it took 5 s, rueidis's dial timeout, for a 300 ms deadline).
+func TestTryObtainWithReplicasReturnsByDeadline(t *testing.T) {
+	ctx := context.Background()
+	r := testserver.StartRedis(t)
+	c := dial(t, redisconntest.Deployment{Kind: redisconntest.Single, Addrs: []string{r.Addr}})
+	if _, err := c.Eval(ctx, del, []string{"warm-up"}); err != nil {
+		t.Fatal(err) // the client is connected while the server answers
+	}
+	locker := fencelock.New(redisbackend.New(c, redisbackend.WithReplicas(1, time.Second)))
+	t.Cleanup(func() { _ = locker.Close() })
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Resume()
+	const deadline, slack = 300 * time.Millisecond, 100 * time.Millisecond // the README's slack
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := locker.TryObtain(ctx, "replicated")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if took := time.Since(start); took > deadline+slack {
+			t.Errorf("TryObtain returned after %v with a %v deadline (%v)", took.Round(time.Millisecond), deadline, err)
+		}
+		if err == nil {
+			t.Error("TryObtain obtained the lock from a stopped server")
+		}
+	case <-time.After(deadline + 10*time.Second):
+		t.Errorf("TryObtain had not returned 10s after its %v deadline", deadline)
+	}
+}

@@ -112,10 +112,10 @@ func (c *conn) EvalBatch(ctx context.Context, calls []redisconn.Call) {
 	}
 }
 
-// EvalWait sends the script and WAIT on one dedicated connection: WAIT counts the replicas
-// that have the writes of its own connection. On a Cluster the connection is the master of
-// keys[0]'s slot; after a MOVED reply the client has refreshed its slot map, and the call goes
-// once more on a new connection.
+// EvalWait sends the script and WAIT on one connection: WAIT counts the replicas that have the
+// writes of its own connection. On a Cluster the connection is the master of keys[0]'s slot;
+// after a MOVED reply the client has refreshed its slot map, and the call goes once more on a
+// new connection.
 func (c *conn) EvalWait(ctx context.Context, s *redisconn.Script, keys []string, args []any, replicas int, timeout time.Duration) (any, int, error) {
 	a := strs(args)
 	withSource, moved := false, false
@@ -125,9 +125,7 @@ func (c *conn) EvalWait(ctx context.Context, s *redisconn.Script, keys []string,
 			script = c.eval(s, keys, a)
 		}
 		wait := c.c.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
-		dc, release := c.c.Dedicate()
-		rs := dc.DoMulti(ctx, script, wait)
-		release()
+		rs := c.evalWait(ctx, script, wait)
 		err := rs[0].Error()
 		if err != nil && !valkey.IsValkeyNil(err) {
 			re, isRedis := valkey.IsValkeyErr(err)
@@ -148,6 +146,20 @@ func (c *conn) EvalWait(ctx context.Context, s *redisconn.Script, keys []string,
 		v, _ := reply(rs[0])
 		return v, int(acked), nil
 	}
+}
+
+// evalWait sends script and wait on one connection. A Cluster client's dedicated connection
+// connects on its first command, within ctx. A single node's or Sentinel's would connect at
+// once, without a context, for as long as the client's Dialer.Timeout (5 s by default) when the
+// server does not answer; DoMulti takes the connection within ctx instead, and sends a batch
+// with a blocking command (WAIT) whole on one connection of the client's blocking pool.
+func (c *conn) evalWait(ctx context.Context, script, wait valkey.Completed) []valkey.ValkeyResult {
+	if !c.cluster {
+		return c.c.DoMulti(ctx, script, wait)
+	}
+	dc, release := c.c.Dedicate()
+	defer release()
+	return dc.DoMulti(ctx, script, wait)
 }
 
 // reply returns what r got as redisconn describes it: a nil reply as nil, RESP3 booleans as
