@@ -32,7 +32,8 @@ import (
 type Client = any
 
 // Conn is one Redis deployment: a single node, a Sentinel-managed master or a Cluster. Its
-// methods are safe for concurrent use.
+// methods are safe for concurrent use, and each returns by the end of its context, a dial of a
+// new connection included.
 type Conn interface {
 	// Eval runs s by EVALSHA, and on NOSCRIPT loads it and runs it again. On a Cluster it
 	// goes to the node of keys[0].
@@ -53,7 +54,8 @@ type Conn interface {
 	Cluster() bool
 	// PubSub returns a new subscription connection, sharded (SSUBSCRIBE) or not. It connects
 	// on its first Subscribe. After a subscription was lost, its owner opens the next with
-	// reroute set, and a Cluster client first refreshes its view of the slots.
+	// reroute set, and a Cluster client refreshes its view of the slots; the refresh may come
+	// after the first Subscribe, which the old node then refuses (see PubSub).
 	PubSub(ctx context.Context, sharded, reroute bool) PubSub
 	// String names the deployment for messages: its address or addresses.
 	String() string
@@ -65,8 +67,12 @@ type Node interface {
 	Do(ctx context.Context, args ...any) (any, error)
 }
 
-// PubSub is one subscription connection; its dynamic type is comparable (a pointer). It carries the subscriptions over a lost
-// connection by itself, as go-redis does, and acknowledges each again when it does.
+// PubSub is one subscription connection; its dynamic type is comparable (a pointer). It
+// carries the subscriptions over a lost connection by itself, as go-redis does: the next
+// connection, whichever call makes it (a Subscribe during the reconnection too), subscribes
+// every channel subscribed and not unsubscribed since, and the server acknowledges each again.
+// Its owner sends a failed Subscribe again on the same PubSub: after a Cluster slot moved, that
+// send reaches the slot's new node, or goes unacknowledged until the owner opens another PubSub.
 type PubSub interface {
 	// Subscribe sends the subscription of channels; its acknowledgements come to Receive.
 	Subscribe(ctx context.Context, channels ...string) error
