@@ -2,6 +2,7 @@ package fencelock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -262,12 +263,23 @@ func (h *hold) loseHandles(reason error) []*lockContext {
 	if h.onLost != nil {
 		h.onLost(h.name, h.cause)
 	}
+	if errors.Is(reason, errDeadlinePassed) {
+		// Trusted no more, but maybe still in the store: a store whose session keeps what it
+		// holds alive (etcd, ZooKeeper) keeps it as long as the Backend lives, whatever its
+		// TTL. Its holds are released, as a closing Client's are; on a store that times them
+		// out it is let go before its TTL ends.
+		lease := h.lease()
+		for _, lc := range handles {
+			h.c.undo(lease, lc.id)
+		}
+	}
 	return handles
 }
 
-// drop releases the handle ctx. When it was the last, the hold ends as released, and drop
-// returns the renewal in flight, if any, for Release to wait for. wasLost says the hold was lost
-// before: its EventLost counted this handle.
+// drop releases the handle ctx, and returns the renewal in flight, if any, for Release to wait
+// for before it sends its own: a Refresh counted this handle among the holds it may cut short
+// (Lease.Holds), and must reach the store first. When it was the last handle, the hold ends as
+// released. wasLost says the hold was lost before: its EventLost counted this handle.
 func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}, wasLost bool) {
 	h.mu.Lock()
 	for i, lc := range h.handles {
@@ -279,9 +291,10 @@ func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}, wasLost bool) {
 	h.refs--
 	if h.refs > 0 || h.phase != live {
 		wasLost = h.phase == lost
+		renewing = h.renewing
 		h.mu.Unlock()
 		ctx.cancel(releasedError{})
-		return nil, wasLost
+		return renewing, wasLost
 	}
 	h.phase = released
 	h.cause = releasedError{}

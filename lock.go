@@ -193,6 +193,11 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		}
 	}
 	defer h.unclaim(mine)
+	// The holds this Client has, counted now that no release of its own can pass the Refresh
+	// (a Release waits for the renewal on its way): counted before, they may include one whose
+	// release reaches the store first, and the store would take another Client's hold under
+	// the same owner for this one's, and cut that Client's lock short.
+	lease.Holds = h.lease().Holds
 	sent := l.c.now()
 	// The store may set a shorter TTL the moment the request arrives, whatever becomes of the
 	// answer: from the send on, the lock is trusted no longer than that.

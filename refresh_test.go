@@ -5,12 +5,14 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/memorybackend"
 	"github.com/fencelock/fencelock/redisbackend"
 )
 
@@ -246,4 +248,83 @@ func keepBusy(ctx context.Context, t *testing.T, server *testserver.Redis, d tim
 			return 1`, nil, d.Microseconds()).Err()
 	}()
 	return busy
+}
+
+// heldRefresh is a Backend whose Renew of a Refresh waits until a Release has reached the
+// store, or 10 ms have passed: the order in which a Refresh and a concurrent Release of the
+// same Client arrive when the network reorders them.
+type heldRefresh struct {
+	*memorybackend.Backend
+	released chan struct{}
+}
+
+func (b *heldRefresh) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
+	if len(leases) == 1 && leases[0].Refresh {
+		select {
+		case <-b.released:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return b.Backend.Renew(ctx, leases)
+}
+
+func (b *heldRefresh) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+	n, err := b.Backend.Release(ctx, lease, hold)
+	select {
+	case b.released <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+// A Refresh to a shorter TTL never cuts short the hold of another Client under the same owner
+// (WithOwner across processes): the store shortens the lock only when the caller holds every
+// hold of it. The caller's count of its holds was taken before a concurrent Release of one of
+// them reached the store, which then counted the other Client's hold as the caller's and cut
+// its lock short: another owner got it while that Client still trusted it (the simulation,
+// seed 478017345).
+func TestRefreshBesideAConcurrentReleaseLeavesAnotherClientsHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		store := memorybackend.New()
+		a := fencelock.New(&heldRefresh{Backend: store.Backend(), released: make(chan struct{}, 1)})
+		b, c := fencelock.New(store.Backend()), fencelock.New(store.Backend())
+		defer a.Close()
+		defer b.Close()
+		defer c.Close()
+		shared := fencelock.WithOwner("shared")
+		theirs, err := b.TryObtain(ctx, "r", shared, fencelock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer theirs.Release(context.Background())
+		one, err := a.TryObtain(ctx, "r", shared, fencelock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		two, err := a.TryObtain(ctx, "r", shared, fencelock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refreshed := make(chan error, 1)
+		go func() { refreshed <- one.Refresh(ctx, 40*time.Millisecond) }()
+		synctest.Wait() // the Refresh is on its way
+		if err := two.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-refreshed; err != nil {
+			t.Fatal(err)
+		}
+		if err := one.Release(ctx); err != nil { // this Client is done: no renewal of its own
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // past the 40 ms the Refresh asked for
+		if err := theirs.Valid(); err != nil {
+			t.Fatalf("the other Client's hold: %v", err)
+		}
+		if l, err := c.TryObtain(ctx, "r"); err == nil {
+			_ = l.Release(ctx)
+			t.Fatal("another owner got the lock while a Client under the shared owner still trusted its hold")
+		}
+	})
 }
