@@ -65,8 +65,7 @@ type sim struct {
 	backends  []*Backend
 	clocks    []func() time.Time
 
-	ops  atomic.Int64
-	stop atomic.Bool
+	ops atomic.Int64
 
 	mu       sync.Mutex // guards what follows
 	log      []simEntry

@@ -57,6 +57,9 @@ func TestConformance(t *testing.T) {
 			t.Run("Semaphore", func(t *testing.T) { fencelocktest.RunSemaphore(t, target) })
 			t.Run("Election", func(t *testing.T) { fencelocktest.RunElection(t, target) })
 			t.Run("RWLock", func(t *testing.T) { fencelocktest.RunRWLock(t, target) })
+			t.Run("Model", func(t *testing.T) {
+				fencelocktest.RunModel(t, target, fencelocktest.Model{TTL: 100 * time.Millisecond, Semaphores: true, Elections: true})
+			})
 		})
 	}
 }

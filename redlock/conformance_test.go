@@ -32,4 +32,7 @@ func TestConformance(t *testing.T) {
 	}
 	fencelocktest.Run(t, target)
 	t.Run("Election", func(t *testing.T) { fencelocktest.RunElection(t, target) })
+	t.Run("Model", func(t *testing.T) {
+		fencelocktest.RunModel(t, target, fencelocktest.Model{Histories: 8, TTL: time.Second, Elections: true})
+	})
 }

@@ -43,6 +43,10 @@ func TestConformance(t *testing.T) {
 	t.Run("Semaphore", func(t *testing.T) { fencelocktest.RunSemaphore(t, target) })
 	t.Run("Election", func(t *testing.T) { fencelocktest.RunElection(t, target) })
 	t.Run("RWLock", func(t *testing.T) { fencelocktest.RunRWLock(t, target) })
+	// No expiries: a node lives as long as its session, not its TTL (the README's backend table).
+	t.Run("Model", func(t *testing.T) {
+		fencelocktest.RunModel(t, target, fencelocktest.Model{Semaphores: true, Elections: true})
+	})
 }
 
 // sessionBackend is a Backend that ends its session when it is closed, as a crashed process's
