@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,9 +26,15 @@ var _ fencelock.Semaphores = (*Backend)(nil)
 // every key created before it fit in L, so that no key passes one that came before it. A key's
 // create revision is its permit's fencing token. A key's value is its limit and its holds
 // ("L<limit>\n" and the holds as a lock's key has them, each hold that takes k > 1 permits as
-// "<id>#<k>"; the key takes the most any hold asked for); every key in the queue agrees on the
-// limit with the oldest, since each one that joined compared its limit with the oldest key's in
-// the transaction that made it, and left at once when they differed.
+// "<id>#<k>"; the key takes the most any hold asked for).
+//
+// Every key in the queue agrees on the limit: the transaction that makes a key makes it only
+// when every key in the queue has its limit, so that a caller refused with a *LimitError
+// leaves nothing behind for others to agree with, however its link or its goroutine fares
+// after the answer. And a key holds only when its permits and those of every key before it
+// fit in the smallest limit any of them has: were keys of two limits ever in line together
+// (one left by a version that checked the oldest key alone), no holder would count against a
+// limit larger than one a holder before it agreed to.
 
 // place is where an owner's hold of a lock, or of a permit, is kept.
 type place struct {
@@ -104,17 +112,8 @@ func decodePermit(v []byte) (int, holds, error) {
 func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.Request, queue bool, start time.Time) (fencelock.Grant, error) {
 	p := b.place(req.Name, req.Owner, req.Limit)
 	pfx := b.semPrefix(req.Name)
-	first := clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	then := []clientv3.Op{clientv3.OpPut(p.key, p.value(holds{entry(req.Hold, req.Weight)}), clientv3.WithLease(s.id)), first}
-	if req.Meta != "" {
-		then = append(then, clientv3.OpPut(p.meta(), req.Meta, clientv3.WithLease(s.id)))
-	}
 	sent := time.Now()
-	resp, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(p.key), "=", 0)).
-		Then(then...).
-		Else(clientv3.OpGet(p.key), first).
-		Commit()
+	made, ops, rev, err := b.joinPermit(ctx, s, req, p, pfx)
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return fencelock.Grant{}, err // refused: the put was not made
@@ -122,14 +121,9 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 		b.unsure(req, 0)
 		return fencelock.Grant{}, classify(err)
 	}
-	queued := resp.Responses[1].GetResponseRange().Kvs
-	if resp.Succeeded {
-		rev := resp.Header.Revision
-		if err := agreed(req, queued); err != nil {
-			b.leave(ctx, req, rev)
-			return fencelock.Grant{}, err
-		}
-		if ok, err := holder(queued, rev, req.Limit); err != nil || ok {
+	queued := ops[1].GetResponseRange().Kvs
+	if made {
+		if ok, err := holder(queued, rev); err != nil || ok {
 			if err != nil {
 				b.leave(ctx, req, rev)
 				return fencelock.Grant{}, err
@@ -150,9 +144,12 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 	}
 
 	// The owner has a key already: a reentrant acquisition, or the retry of one whose outcome
-	// was lost.
-	mine := resp.Responses[0].GetResponseRange().Kvs
+	// was lost. Or the queue holds keys of another limit.
+	mine := ops[0].GetResponseRange().Kvs
 	if len(mine) == 0 {
+		if err := agreed(req, queued); err != nil {
+			return fencelock.Grant{}, err
+		}
 		return fencelock.Grant{}, fmt.Errorf("%w: the owner's key vanished during the acquisition", fencelock.ErrUnavailable)
 	}
 	limit, h, err := decodePermit(mine[0].Value)
@@ -164,7 +161,7 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 	case max(req.Weight, 1) > h.weight():
 		return fencelock.Grant{}, fmt.Errorf("%w: %q: this owner holds %d permits and asks for %d", fencelock.ErrUpgrade, req.Name, h.weight(), max(req.Weight, 1))
 	}
-	ok, err := holder(queued, mine[0].CreateRevision, req.Limit)
+	ok, err := holder(queued, mine[0].CreateRevision)
 	if err != nil {
 		return fencelock.Grant{}, err
 	}
@@ -182,35 +179,72 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 	return b.reenter(ctx, req, p, mine[0], start, sent)
 }
 
-// agreed says whether req's limit is the oldest key's, which every key in the queue agrees
-// with.
-func agreed(req fencelock.Request, oldest []*mvccpb.KeyValue) error {
-	if len(oldest) == 0 {
-		return nil
+// joinPermit runs the transaction that makes the owner's key in the semaphore's queue, p,
+// when the owner has none and every key in the queue agrees with req's limit — or the queue is
+// empty, which no comparison of the keys' values can tell (etcd fails a comparison of a value
+// over a range with no key), so that a nested transaction asks. When it made the key, ops are
+// the put and the read of the queue, oldest first, and rev is the key's create revision; when
+// it did not, the reads of the owner's key and of the queue.
+func (b *Backend) joinPermit(ctx context.Context, s *session, req fencelock.Request, p place, pfx string) (made bool, ops []*etcdserverpb.ResponseOp, rev int64, err error) {
+	line := clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	then := []clientv3.Op{clientv3.OpPut(p.key, p.value(holds{entry(req.Hold, req.Weight)}), clientv3.WithLease(s.id)), line}
+	if req.Meta != "" {
+		then = append(then, clientv3.OpPut(p.meta(), req.Meta, clientv3.WithLease(s.id)))
 	}
-	limit, _, err := decodePermit(oldest[0].Value)
+	// A key of limit L has a value that starts with "L<L>\n": greater than that, and less than
+	// the same with the newline's successor.
+	agree := "L" + strconv.Itoa(req.Limit) + "\n"
+	onlyIfEmpty := clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()},
+		then,
+		[]clientv3.Op{clientv3.OpGet(p.key), line})
+	resp, err := b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(p.key), "=", 0),
+			clientv3.Compare(clientv3.Value(pfx), ">", agree).WithPrefix(),
+			clientv3.Compare(clientv3.Value(pfx), "<", agree[:len(agree)-1]+"\v").WithPrefix()).
+		Then(then...).
+		Else(onlyIfEmpty).
+		Commit()
 	if err != nil {
-		return err
+		return false, nil, 0, err
 	}
-	if limit != req.Limit {
-		return &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: limit}
+	if resp.Succeeded {
+		return true, resp.Responses, resp.Header.Revision, nil
+	}
+	nested := resp.Responses[0].GetResponseTxn()
+	return nested.Succeeded, nested.Responses, resp.Header.Revision, nil
+}
+
+// agreed says whether req's limit is that of every key in the queue.
+func agreed(req fencelock.Request, queue []*mvccpb.KeyValue) error {
+	for _, kv := range queue {
+		limit, _, err := decodePermit(kv.Value)
+		if err != nil {
+			return err
+		}
+		if limit != req.Limit {
+			return &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: limit}
+		}
 	}
 	return nil
 }
 
 // holder says whether the key made at rev holds its permits: the queue, oldest first, holds
-// it, and its permits and those of every key before it fit in limit. The keys before it that
-// wait count too: a key never passes one that came before it.
-func holder(queue []*mvccpb.KeyValue, rev int64, limit int) (bool, error) {
-	used := 0
+// it, and its permits and those of every key before it fit in the smallest limit any of them
+// has. The keys before it that wait count too: a key never passes one that came before it.
+func holder(queue []*mvccpb.KeyValue, rev int64) (bool, error) {
+	used, least := 0, math.MaxInt
 	for _, kv := range queue {
-		_, h, err := decodePermit(kv.Value)
+		limit, h, err := decodePermit(kv.Value)
 		if err != nil {
 			return false, err
 		}
-		used += h.weight()
+		used, least = used+h.weight(), min(least, limit)
+		if used > least {
+			return false, nil // and no key after it holds either
+		}
 		if kv.CreateRevision == rev {
-			return used <= limit, nil
+			return true, nil
 		}
 	}
 	return false, nil
@@ -270,7 +304,7 @@ func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req fen
 			return sent, errWaiterLapsed
 		}
 		ahead := resp.Responses[0].GetResponseRange().Kvs
-		if ok, err := holder(append(ahead, mine[0]), rev, req.Limit); err != nil || ok {
+		if ok, err := holder(append(ahead, mine[0]), rev); err != nil || ok {
 			return sent, err
 		}
 		// Until a key ahead is deleted or changed, any of which may give the waiter its permits,
@@ -359,19 +393,18 @@ func (b *Backend) InspectSemaphore(ctx context.Context, name string) (fencelock.
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		meta[strings.TrimPrefix(string(kv.Key), metaPfx)] = string(kv.Value)
 	}
-	limit, _, err := decodePermit(kvs[0].Value)
-	if err != nil {
-		return info, err
-	}
-	info.Limit = limit
 	info.Token = kvs[len(kvs)-1].CreateRevision
 	left := map[int64]time.Duration{}
+	least := math.MaxInt
 	for i, kv := range kvs {
-		_, h, err := decodePermit(kv.Value)
+		limit, h, err := decodePermit(kv.Value)
 		if err != nil {
 			return info, err
 		}
-		if info.InUse+h.weight() > limit {
+		if i == 0 {
+			info.Limit = limit
+		}
+		if least = min(least, limit); info.InUse+h.weight() > least {
 			// This one waits, and so does every later one: none passes one before it.
 			info.Waiting = len(kvs) - i
 			break
