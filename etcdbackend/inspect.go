@@ -7,27 +7,45 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
 )
 
-// Inspect implements fencelock.Backend.
+// Inspect implements fencelock.Backend. The holder's metadata is read at the revision its key
+// was read at, and only the metadata made with that key counts: owner IDs are reused (see
+// ReusesOwners), and a later read would find what the owner published for its next lock, or
+// nothing once it released this one.
 func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, error) {
 	if err := b.usable(name); err != nil {
 		return fencelock.Info{}, err
 	}
 	pfx := b.queuePrefix(name)
-	resp, err := b.c.Get(ctx, pfx, clientv3.WithFirstCreate()...)
-	if err != nil {
-		return fencelock.Info{}, classify(err)
+	var kv *mvccpb.KeyValue
+	var meta []*mvccpb.KeyValue
+	for {
+		resp, err := b.c.Get(ctx, pfx, clientv3.WithFirstCreate()...)
+		if err != nil {
+			return fencelock.Info{}, classify(err)
+		}
+		if len(resp.Kvs) == 0 {
+			return fencelock.Info{Name: name}, nil
+		}
+		kv = resp.Kvs[0]
+		owner := strings.TrimPrefix(string(kv.Key), pfx)
+		m, err := b.c.Get(ctx, b.metaKey(name, owner), clientv3.WithRev(resp.Header.Revision))
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			continue // compacted in between: read both again
+		}
+		if err != nil {
+			return fencelock.Info{}, classify(fmt.Errorf("reading the metadata of %q: %w", name, err))
+		}
+		meta = m.Kvs
+		break
 	}
 	info := fencelock.Info{Name: name}
-	if len(resp.Kvs) == 0 {
-		return info, nil
-	}
-	kv := resp.Kvs[0]
 	h, err := decodeHolds(kv.Value)
 	if err != nil {
 		return info, err
@@ -36,12 +54,8 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 	info.Owner = strings.TrimPrefix(string(kv.Key), pfx)
 	info.Count = len(h)
 	info.Token = kv.CreateRevision
-	m, err := b.c.Get(ctx, b.metaKey(name, info.Owner))
-	if err != nil {
-		return info, classify(fmt.Errorf("reading the metadata of %q: %w", name, err))
-	}
-	if len(m.Kvs) > 0 {
-		info.Meta = string(m.Kvs[0].Value)
+	if len(meta) > 0 && meta[0].CreateRevision == kv.CreateRevision {
+		info.Meta = string(meta[0].Value) // made with the key, in its transaction
 	}
 	if kv.Lease != 0 {
 		ttl, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
