@@ -54,6 +54,8 @@ func (b *Backend) acquire(ctx context.Context, req fencelock.Request, queue bool
 		}
 		if err != nil {
 			b.resume(suspended)
+		} else {
+			b.adopted(suspended)
 		}
 		return g, err
 	}
@@ -75,20 +77,20 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 	if req.Meta != "" {
 		then = append(then, clientv3.OpPut(b.metaKey(req.Name, req.Owner), req.Meta, clientv3.WithLease(s.id)))
 	}
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}
+	a := b.newAttempt(s.id)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0), a.unvetoed()}
 	if !queue {
 		// One attempt joins only an empty queue: a key that joined a held lock only to leave
 		// again would stand at the head between the holder's release and its own deletion,
 		// and every attempt in between would be told the lock is held when no one holds it.
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix())
 	}
-	resp, err := b.join(ctx, key, first, cmps, then, queue && req.Hold == "")
+	resp, err := b.join(ctx, req, a, key, first, cmps, then, queue && req.Hold == "")
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return fencelock.Grant{}, err // refused: the put was not made
 		}
-		b.unsure(req, 0)
-		return fencelock.Grant{}, classify(err)
+		return fencelock.Grant{}, classify(err) // what it may have made is owed (see commit)
 	}
 	holderKVs := resp.Responses[1].GetResponseRange().Kvs
 	if resp.Succeeded {
@@ -136,16 +138,19 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 	return b.reenter(ctx, req, b.place(req.Name, req.Owner, 0), mine[0], start, sent)
 }
 
-// join runs the transaction that makes the owner's key in the queue: if cmps hold, then; if
-// not, it reads the owner's key and the first of the queue (first). A fresh owner's first hold
-// waiting in line finds no key of its owner (see fencelock.Request.Hold) but for a rare
-// exception, read after the fact: its transaction does without the Else branch.
-func (b *Backend) join(ctx context.Context, key string, first clientv3.Op, cmps []clientv3.Cmp, then []clientv3.Op, fresh bool) (*clientv3.TxnResponse, error) {
-	txn := b.c.Txn(ctx).If(cmps...).Then(then...)
-	if !fresh {
-		txn = txn.Else(clientv3.OpGet(key), first)
-	}
-	resp, err := txn.Commit()
+// join runs the transaction that makes the owner's key in the queue, req's write of attempt
+// a: if cmps hold, then; if not, it reads the owner's key and the first of the queue (first).
+// A fresh owner's first hold waiting in line finds no key of its owner (see
+// fencelock.Request.Hold) but for a rare exception, read after the fact: its transaction does
+// without the Else branch.
+func (b *Backend) join(ctx context.Context, req fencelock.Request, a attempt, key string, first clientv3.Op, cmps []clientv3.Cmp, then []clientv3.Op, fresh bool) (*clientv3.TxnResponse, error) {
+	resp, err := b.commit(ctx, req, a, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		txn := b.c.Txn(ctx).If(cmps...).Then(then...)
+		if !fresh {
+			txn = txn.Else(clientv3.OpGet(key), first)
+		}
+		return txn.Commit()
+	}, madeKey)
 	if err != nil || !fresh || resp.Succeeded {
 		return resp, err
 	}
@@ -156,6 +161,15 @@ func (b *Backend) join(ctx context.Context, key string, first clientv3.Op, cmps 
 		resp.Succeeded = false
 	}
 	return resp, err
+}
+
+// madeKey says which key a transaction that makes the owner's key if it can made: the one
+// made at its revision, when it succeeded.
+func madeKey(resp *clientv3.TxnResponse) int64 {
+	if resp.Succeeded {
+		return resp.Header.Revision
+	}
+	return 0
 }
 
 // waited marks a grant that came after a wait in line.
@@ -179,15 +193,25 @@ func (b *Backend) reenter(ctx context.Context, req fencelock.Request, p place, k
 		}
 		h = append(h, entry(hold, req.Weight))
 		sent = time.Now()
-		resp, err := b.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
-				clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
-			Then(clientv3.OpPut(key, p.value(h), clientv3.WithIgnoreLease())).
-			Else(clientv3.OpGet(key)).
-			Commit()
+		// Vetoed on the key's lease: once that is gone, so is the key, and no write that
+		// compares its create revision is ever applied.
+		a := b.newAttempt(clientv3.LeaseID(kv.Lease))
+		a.rev = kv.CreateRevision
+		resp, err := b.commit(ctx, req, a, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+			return b.c.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
+					clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision), a.unvetoed()).
+				Then(clientv3.OpPut(key, p.value(h), clientv3.WithIgnoreLease())).
+				Else(clientv3.OpGet(key)).
+				Commit()
+		}, func(resp *clientv3.TxnResponse) int64 {
+			if resp.Succeeded {
+				return kv.CreateRevision
+			}
+			return 0
+		})
 		if err != nil {
-			b.unsure(req, kv.CreateRevision)
-			return fencelock.Grant{}, classify(err)
+			return fencelock.Grant{}, classify(err) // what it may have added is owed (see commit)
 		}
 		if resp.Succeeded {
 			return b.granted(ctx, req, clientv3.LeaseID(kv.Lease), kv.CreateRevision, len(h), start, sent)

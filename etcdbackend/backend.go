@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -26,13 +28,17 @@ type Backend struct {
 	ctx    context.Context // ends on Close; the sessions' keep-alives run under it
 	cancel context.CancelFunc
 
-	mu          sync.Mutex // guards sessions, owed, settling, settlingNow, settled and closed
+	id       string        // names the veto keys of this Backend's writes (see flight)
+	attempts atomic.Uint64 // the writes made, for their veto keys
+
+	mu          sync.Mutex // guards sessions, owed, flying, settling, settlingNow, settled and closed
 	sessions    map[int]*session
 	owed        []owed
+	flying      []*flight      // writes whose callers left before their outcome was known
 	settling    bool           // a goroutine is settling what is owed
 	settlingNow *owed          // the release it is making
 	settled     chan struct{}  // closed when it has made that one
-	settlers    sync.WaitGroup // that goroutine, waited for by Close
+	settlers    sync.WaitGroup // that goroutine and those awaiting the flying writes, waited for by Close
 	closed      bool
 }
 
@@ -51,7 +57,7 @@ func WithPrefix(p string) Option { return func(b *Backend) { b.prefix = p } }
 // New returns a Backend over c. A nil c gives a Backend whose every call fails with an error
 // matching fencelock.ErrInvalid.
 func New(c *clientv3.Client, opts ...Option) *Backend {
-	b := &Backend{c: c, prefix: "/fencelock/", sessions: make(map[int]*session)}
+	b := &Backend{c: c, prefix: "/fencelock/", sessions: make(map[int]*session), id: strconv.FormatUint(rand.Uint64(), 36)}
 	for _, o := range opts {
 		o(b)
 	}

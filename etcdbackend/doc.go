@@ -67,6 +67,14 @@
 // that work and waits for it. A later acquisition of the same hold (the
 // retry of one whose outcome was lost) that takes the key back voids what was owed of it.
 //
+// etcd may apply an acquisition's write after its caller's context ended, and after a
+// clean-up sent later: so the write is seen to its outcome. The caller returns at its deadline;
+// the Backend awaits the reply in the background, for up to 2s more, and releases what the
+// write made. A Release of that hold waits for the outcome first. A write whose outcome stays
+// unknown is vetoed before its release is tried: each write requires that a veto key of its
+// own, under <prefix>!veto/, be absent, and the clean-up puts that key on the write's lease,
+// where it stays while the write could still be applied.
+//
 // # Fencing
 //
 // The fencing token is the create revision of the holder's key: cluster-wide, strictly

@@ -31,3 +31,15 @@ func WatchAllUpTo(t interface{ Cleanup(func()) }, n int64) {
 	watchAllUpTo = n
 	t.Cleanup(func() { watchAllUpTo = was })
 }
+
+// Pending is how many clean-ups b has still to finish: releases owed, the one being made, and
+// the writes whose callers left before their outcome was known.
+func (b *Backend) Pending() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(b.owed) + len(b.flying)
+	if b.settlingNow != nil {
+		n++
+	}
+	return n
+}

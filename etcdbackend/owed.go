@@ -23,14 +23,23 @@ const settleTimeout = 2 * time.Second
 // while it runs (suspend), and, once granted, the hold is its holder's again and what was owed
 // is void. So owed work never touches a key that a later grant adopted. Holds of other
 // acquisitions in the same key are left alone: a release takes out its own hold only.
+//
+// A release owed after a write whose outcome is unknown vetoes that write first (see flight),
+// so that a write etcd has yet to apply makes nothing after the release looked. The veto is
+// owed still when a retry of the hold adopts the key: the write it vetoes is not the retry's.
 type owed struct {
-	lease fencelock.Lease // the lock and the owner whose key holds hold
-	hold  string
-	rev   int64 // the create revision of that key, when known; 0: whichever key the owner has
+	lease   fencelock.Lease // the lock and the owner whose key holds hold
+	hold    string
+	rev     int64   // the create revision of that key, when known; 0: whichever key the owner has
+	veto    attempt // the write to veto first, if its veto key is set
+	retried bool    // a retry of the hold was granted: veto the write, and release nothing
 }
 
-func (o owed) of(req fencelock.Request) bool {
-	return o.lease.Name == req.Name && o.lease.Owner == req.Owner && o.hold == req.Hold && (o.lease.Limit > 0) == (req.Limit > 0)
+func (o owed) of(req fencelock.Request) bool { return o.sameHold(leaseOf(req), req.Hold) }
+
+// sameHold says whether o is of hold of the lock, or the permit, and the owner of l.
+func (o owed) sameHold(l fencelock.Lease, hold string) bool {
+	return o.lease.Name == l.Name && o.lease.Owner == l.Owner && o.hold == hold && (o.lease.Limit > 0) == (l.Limit > 0)
 }
 
 func (b *Backend) owe(o owed) {
@@ -40,11 +49,20 @@ func (b *Backend) owe(o owed) {
 }
 
 // suspend takes the releases owed of req's hold away from the settler, waiting for one it is
-// making now, for an acquisition of that hold. The caller gives them back with resume unless
-// the acquisition is granted.
+// making now, and for a write of that hold still in flight, for an acquisition of that hold.
+// The caller gives them back with resume unless the acquisition is granted, and then with
+// adopted.
 func (b *Backend) suspend(ctx context.Context, req fencelock.Request) ([]owed, error) {
 	var taken []owed
 	for {
+		if landed := b.inFlight(leaseOf(req), req.Hold); landed != nil {
+			select {
+			case <-landed:
+			case <-ctx.Done():
+				b.resume(taken)
+				return nil, classify(ctx.Err())
+			}
+		}
 		b.mu.Lock()
 		kept := b.owed[:0]
 		for _, o := range b.owed {
@@ -70,6 +88,19 @@ func (b *Backend) suspend(ctx context.Context, req fencelock.Request) ([]owed, e
 			return nil, classify(ctx.Err())
 		}
 	}
+}
+
+// adopted gives back, once the acquisition of a hold was granted, what was owed of it but
+// its release: the vetoes of its earlier writes.
+func (b *Backend) adopted(taken []owed) {
+	var vetoes []owed
+	for _, o := range taken {
+		if o.veto.veto != "" {
+			o.retried = true
+			vetoes = append(vetoes, o)
+		}
+	}
+	b.resume(vetoes)
 }
 
 func (b *Backend) resume(taken []owed) {
@@ -113,10 +144,8 @@ func (b *Backend) settle(ctx context.Context) {
 			return
 		}
 		octx, cancel := context.WithTimeout(ctx, settleTimeout)
-		_, err := b.release(octx, o.lease, o.hold, o.rev)
+		done := b.pay(octx, &o)
 		cancel()
-		// Not held: its lease ended, or an earlier attempt did it.
-		done := err == nil || errors.Is(err, fencelock.ErrNotHeld) || errors.Is(err, fencelock.ErrInvalid)
 		b.mu.Lock()
 		if !done {
 			b.owed = append(b.owed, o)
@@ -138,4 +167,20 @@ func (b *Backend) nextOwed() (owed, bool) {
 	b.owed = b.owed[1:]
 	b.settlingNow, b.settled = &o, make(chan struct{})
 	return o, true
+}
+
+// pay makes the release owed in o, after vetoing the write it follows, and reports whether
+// it is done. A hold not there is released: its lease ended, or an earlier try did it.
+func (b *Backend) pay(ctx context.Context, o *owed) bool {
+	if o.veto.veto != "" {
+		if err := b.veto(ctx, o.veto); err != nil {
+			return false
+		}
+		o.veto = attempt{}
+	}
+	if o.retried {
+		return true
+	}
+	_, err := b.release(ctx, o.lease, o.hold, o.rev)
+	return err == nil || errors.Is(err, fencelock.ErrNotHeld) || errors.Is(err, fencelock.ErrInvalid)
 }

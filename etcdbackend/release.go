@@ -18,10 +18,21 @@ import (
 //
 // A release whose outcome stays unknown (the error matches fencelock.ErrUnavailable) is retried
 // by the Backend with every keep-alive of its leases until it is done, since the key would
-// otherwise live as long as the Backend keeps the lease alive.
+// otherwise live as long as the Backend keeps the lease alive. A release of a hold whose
+// acquisition is still in flight (its caller left before its write's outcome was known) waits
+// for that outcome first, within ctx.
 func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
+	}
+	if landed := b.inFlight(lease, hold); landed != nil {
+		// An acquisition of this hold whose caller left: what its write made is found only
+		// once it landed (see flight), and is owed by then if it did.
+		select {
+		case <-landed:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w: the acquisition of this hold is still in flight: %w", fencelock.ErrUnavailable, ctx.Err())
+		}
 	}
 	n, err := b.release(ctx, lease, hold, lease.Token)
 	if err != nil && !errors.Is(err, fencelock.ErrNotHeld) && !errors.Is(err, fencelock.ErrInvalid) {

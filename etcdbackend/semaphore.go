@@ -118,8 +118,7 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return fencelock.Grant{}, err // refused: the put was not made
 		}
-		b.unsure(req, 0)
-		return fencelock.Grant{}, classify(err)
+		return fencelock.Grant{}, classify(err) // what it may have made is owed (see commit)
 	}
 	queued := ops[1].GetResponseRange().Kvs
 	if made {
@@ -194,25 +193,41 @@ func (b *Backend) joinPermit(ctx context.Context, s *session, req fencelock.Requ
 	// A key of limit L has a value that starts with "L<L>\n": greater than that, and less than
 	// the same with the newline's successor.
 	agree := "L" + strconv.Itoa(req.Limit) + "\n"
+	a := b.newAttempt(s.id)
 	onlyIfEmpty := clientv3.OpTxn(
-		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()},
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix(), a.unvetoed()},
 		then,
 		[]clientv3.Op{clientv3.OpGet(p.key), line})
-	resp, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(p.key), "=", 0),
-			clientv3.Compare(clientv3.Value(pfx), ">", agree).WithPrefix(),
-			clientv3.Compare(clientv3.Value(pfx), "<", agree[:len(agree)-1]+"\v").WithPrefix()).
-		Then(then...).
-		Else(onlyIfEmpty).
-		Commit()
+	resp, err := b.commit(ctx, req, a, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(p.key), "=", 0), a.unvetoed(),
+				clientv3.Compare(clientv3.Value(pfx), ">", agree).WithPrefix(),
+				clientv3.Compare(clientv3.Value(pfx), "<", agree[:len(agree)-1]+"\v").WithPrefix()).
+			Then(then...).
+			Else(onlyIfEmpty).
+			Commit()
+	}, func(resp *clientv3.TxnResponse) int64 {
+		made, _ := joinedPermit(resp)
+		if made {
+			return resp.Header.Revision
+		}
+		return 0
+	})
 	if err != nil {
 		return false, nil, 0, err
 	}
+	made, ops = joinedPermit(resp)
+	return made, ops, resp.Header.Revision, nil
+}
+
+// joinedPermit reads the reply of joinPermit's transaction: whether it made the key, and the
+// replies of the branch that ran.
+func joinedPermit(resp *clientv3.TxnResponse) (bool, []*etcdserverpb.ResponseOp) {
 	if resp.Succeeded {
-		return true, resp.Responses, resp.Header.Revision, nil
+		return true, resp.Responses
 	}
 	nested := resp.Responses[0].GetResponseTxn()
-	return nested.Succeeded, nested.Responses, resp.Header.Revision, nil
+	return nested.Succeeded, nested.Responses
 }
 
 // agreed says whether req's limit is that of every key in the queue.
