@@ -36,6 +36,7 @@ type Backend struct {
 	owed        []owed
 	flying      []*flight      // writes whose callers left before their outcome was known
 	settling    bool           // a goroutine is settling what is owed
+	nudged      chan struct{}  // asks that goroutine for another pass (one buffered)
 	settlingNow *owed          // the release it is making
 	settled     chan struct{}  // closed when it has made that one
 	settlers    sync.WaitGroup // that goroutine and those awaiting the flying writes, waited for by Close
@@ -57,7 +58,7 @@ func WithPrefix(p string) Option { return func(b *Backend) { b.prefix = p } }
 // New returns a Backend over c. A nil c gives a Backend whose every call fails with an error
 // matching fencelock.ErrInvalid.
 func New(c *clientv3.Client, opts ...Option) *Backend {
-	b := &Backend{c: c, prefix: "/fencelock/", sessions: make(map[int]*session), id: strconv.FormatUint(rand.Uint64(), 36)}
+	b := &Backend{c: c, prefix: "/fencelock/", sessions: make(map[int]*session), nudged: make(chan struct{}, 1), id: strconv.FormatUint(rand.Uint64(), 36)}
 	for _, o := range opts {
 		o(b)
 	}

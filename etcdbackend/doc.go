@@ -62,8 +62,8 @@
 // # Failures
 //
 // A release whose outcome is unknown, or a waiter's leaving the line that fails or comes after
-// the caller's deadline, is owed: the Backend retries it in the background at every keep-alive
-// until it is done. Close revokes the leases, which deletes every key on them, and then stops
+// the caller's deadline, is owed: the Backend retries it in the background at every keep-alive,
+// and every second when none runs, until it is done. Close revokes the leases, which deletes every key on them, and then stops
 // that work and waits for it. A later acquisition of the same hold (the
 // retry of one whose outcome was lost) that takes the key back voids what was owed of it.
 //

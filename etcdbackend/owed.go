@@ -12,11 +12,15 @@ import (
 // Backend's context, and Close waits for it.
 const settleTimeout = 2 * time.Second
 
+// settleRetry is how often what is owed is tried again when no keep-alive asks sooner.
+const settleRetry = time.Second
+
 // owed is a release of one hold that this Backend could not confirm: a release whose outcome
 // is unknown (a timeout, a cut connection, an election), or a waiter's leaving the line, which
 // failed or came after the caller's deadline. Its key sits on a lease the Backend keeps alive,
 // so left alone it would hold the lock, or a place in line, for no one until the Backend
-// closed. The settler retries what is owed at every keep-alive until it is done.
+// closed. The settler retries what is owed at every keep-alive, and every second when none
+// runs, until it is done.
 //
 // An acquisition of the same hold — the retry of one whose outcome was lost; no other
 // acquisition has its hold ID — takes what is owed of that hold out of the settler's hands
@@ -113,27 +117,57 @@ func (b *Backend) resume(taken []owed) {
 }
 
 // settleSoon retries what is owed on a goroutine of its own, so that the keep-alive or the
-// call that asks for it is never held up.
+// call that asks for it is never held up; when that goroutine runs already, it tries again at
+// once after the pass it is making.
 func (b *Backend) settleSoon() {
 	b.mu.Lock()
-	if len(b.owed) == 0 || b.settling || b.closed {
-		b.mu.Unlock()
+	defer b.mu.Unlock()
+	if len(b.owed) == 0 || b.closed {
+		return
+	}
+	if b.settling {
+		select {
+		case b.nudged <- struct{}{}:
+		default:
+		}
 		return
 	}
 	b.settling = true
 	b.settlers.Add(1)
-	b.mu.Unlock()
-	go func() {
-		defer b.settlers.Done()
+	go b.settleAll()
+}
+
+// settleAll settles what is owed until nothing is, or the Backend closes: a pass when asked
+// (at each keep-alive, and when something new is owed), and one every settleRetry besides, for
+// a Backend whose leases all ended has no keep-alive to ask.
+func (b *Backend) settleAll() {
+	defer b.settlers.Done()
+	t := time.NewTimer(settleRetry)
+	defer t.Stop()
+	for {
 		b.settle(b.ctx)
 		b.mu.Lock()
-		b.settling = false
+		if len(b.owed) == 0 || b.closed {
+			b.settling = false
+			b.mu.Unlock()
+			return
+		}
 		b.mu.Unlock()
-	}()
+		t.Reset(settleRetry)
+		select {
+		case <-b.nudged:
+		case <-t.C:
+		case <-b.ctx.Done():
+			b.mu.Lock()
+			b.settling = false
+			b.mu.Unlock()
+			return
+		}
+	}
 }
 
 // settle tries each release owed once, one at a time, and keeps what still fails for the next
-// keep-alive.
+// pass.
 func (b *Backend) settle(ctx context.Context) {
 	b.mu.Lock()
 	n := len(b.owed)

@@ -216,3 +216,30 @@ func TestOwedLeaveSparesReenteredKey(t *testing.T) {
 	observer, _ := newBackend(t, etcd)
 	waitCount(t, observer, name, 1) // h1 is gone
 }
+
+// What is owed is retried when no keep-alive runs: a Backend whose leases all ended (their
+// keep-alives unconfirmed for a whole TTL) used to keep a release owed, unretried, until an
+// acquisition took a new lease, and a call that waited for its clean-up waited as long.
+func TestOwedIsRetriedWithoutKeepAlive(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	b, f := newFaultyBackend(t, etcd)
+	const name = "owed-no-keepalive"
+	lease := fencelock.Lease{Name: name, Owner: "owner", TTL: 2 * time.Second}
+	if _, err := b.Acquire(ctx, fencelock.Request{Name: name, Owner: lease.Owner, TTL: lease.TTL}); err != nil {
+		t.Fatal(err)
+	}
+	f.others(fail) // the settler's tries fail
+	f.plan(fail)
+	if _, err := b.Release(planned(ctx), lease, ""); !errors.Is(err, fencelock.ErrUnavailable) {
+		t.Fatalf("a release that never reached etcd: %v", err)
+	}
+	b.StopKeepAlive()
+	f.others(pass)
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Pending() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the Backend still owes %d releases 10s after etcd answers again", b.Pending())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -17,10 +17,10 @@ import (
 // revision: a late release of an earlier lock of the owner leaves a later one alone.
 //
 // A release whose outcome stays unknown (the error matches fencelock.ErrUnavailable) is retried
-// by the Backend with every keep-alive of its leases until it is done, since the key would
-// otherwise live as long as the Backend keeps the lease alive. A release of a hold whose
-// acquisition is still in flight (its caller left before its write's outcome was known) waits
-// for that outcome first, within ctx.
+// by the Backend with every keep-alive of its leases (every second when none runs) until it is
+// done, since the key would otherwise live as long as the Backend keeps the lease alive. A
+// release of a hold whose acquisition is still in flight (its caller left before its write's
+// outcome was known) waits for that outcome first, within ctx.
 func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
@@ -37,6 +37,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	n, err := b.release(ctx, lease, hold, lease.Token)
 	if err != nil && !errors.Is(err, fencelock.ErrNotHeld) && !errors.Is(err, fencelock.ErrInvalid) {
 		b.owe(owed{lease: lease, hold: hold, rev: lease.Token})
+		b.settleSoon()
 	}
 	return n, err
 }
