@@ -238,7 +238,7 @@ func TestOwedIsRetriedWithoutKeepAlive(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for b.Pending() > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the Backend still owes %d releases 10s after etcd answers again", b.Pending())
+			t.Fatalf("10s after etcd answers again, the Backend still has %d clean-ups to finish", b.Pending())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
