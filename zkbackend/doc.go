@@ -34,7 +34,10 @@
 // of it holds the lock on the watch event of the holder's deletion, with no read after it
 // (no node made later stands before it): a hand-over costs the release and the event, when
 // the grant can rest on the waiter's create (see Ensembles); a waiter further back, or one
-// that waited longer, reads the line again.
+// that waited longer, reads the line again. Two calls of one owner (WithOwner) that wait in
+// line hold the lock together, as reentry promises: a waiter with a node that may be its
+// owner's ahead of it (by the node's name) watches the node first in line as well, and once
+// its owner's node comes first, enters it and leaves the line.
 //
 // The GUID in each node's name is Curator's protection mode: when the connection drops before
 // the reply to a create arrives, the backend looks for its node by GUID after reconnecting

@@ -163,3 +163,85 @@ func startHolderOf(t *testing.T, spec string) (*os.Process, int64) {
 	}
 	return cmd.Process, token
 }
+
+// Two goroutines of one process wait under one owner (WithOwner) for a lock another holds:
+// once the first of them holds it, the second enters its node, a second hold of the owner's
+// lock, as it would have entered it had it come later. It used to watch only the node just
+// ahead of its own, the first one's, which does not change when it comes to hold: the owner
+// waited for itself until its first hold was released.
+func TestOneOwnerWaitsTwiceForALock(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := lockName(t)
+	other, b := newClient(t)
+	held, err := other.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{}, 2)
+	c := fencelock.New(newBackend(dial(t, server.Addr, nil)), fencelock.WithDefaults(fencelock.WithTTL(sessionTimeout)),
+		fencelock.WithObserver(func(e fencelock.Event) {
+			if e.Kind == fencelock.EventWaiting && e.Name == name {
+				waiting <- struct{}{}
+			}
+		}))
+	t.Cleanup(func() { _ = c.Close() })
+	owner := "owner-" + name
+	locks := make(chan *fencelock.Lock, 2)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			l, err := c.Obtain(ctx, name, fencelock.WithOwner(owner))
+			if err != nil {
+				errs <- err
+				return
+			}
+			locks <- l
+		}()
+	}
+	for range 2 {
+		select {
+		case <-waiting:
+		case err := <-errs:
+			t.Fatalf("a waiter of the owner: %v", err)
+		}
+	}
+	if n := len(line(t, dial(t, server.Addr, nil), b.Path(name))); n != 3 {
+		t.Fatalf("%d nodes in line, want the holder's and one per waiter", n)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var mine []*fencelock.Lock
+	for range 2 {
+		select {
+		case l := <-locks:
+			mine = append(mine, l)
+		case err := <-errs:
+			t.Fatalf("a waiter of the owner, once the other holder released: %v", err)
+		}
+	}
+	info, err := other.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Owner != owner || info.Count != 2 || mine[0].Token() != mine[1].Token() {
+		t.Fatalf("both waiters of one owner hold: Inspect says %+v, tokens %d and %d; want one lock of %q with 2 holds", info, mine[0].Token(), mine[1].Token(), owner)
+	}
+	if err := mine[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := mine[1].Valid(); err != nil {
+		t.Fatalf("the owner's other hold after one was released: %v", err)
+	}
+	if _, err := other.TryObtain(ctx, name); !errors.Is(err, fencelock.ErrNotObtained) {
+		t.Fatalf("another owner while one hold of the owner remains: %v, want ErrNotObtained", err)
+	}
+	if err := mine[1].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := other.TryObtain(ctx, name)
+	if err != nil {
+		t.Fatalf("the lock once the owner released both holds: %v", err)
+	}
+	_ = l.Release(ctx)
+}

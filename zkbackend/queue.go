@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -85,7 +86,7 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 		case !queued:
 			return b.leave(ctx, k, n, &fencelock.HeldError{Name: req.Name})
 		}
-		deleted, err := b.waitTurn(ctx, req.Name, dir+"/"+q[i-1].name, head.watch)
+		deleted, err := b.waitTurn(ctx, req.Name, dir+"/"+q[i-1].name, head.watch, head.turn)
 		switch {
 		case errors.Is(err, errSessionGone):
 			return fencelock.Grant{}, holding{}, err // n went with the session
@@ -115,10 +116,17 @@ type firstInLine struct {
 	holding
 	mine  bool            // the waiter's owner holds the lock through it, and it can vouch for it
 	watch <-chan zk.Event // set when that node is just ahead of the waiter
+	turn  <-chan zk.Event // set when a node of the owner's stands between them (see ahead)
 }
 
 // ahead reads the node first in line; when it is just ahead of the waiter (at i), with a
 // watch, which saves a request.
+//
+// When a node that may be the owner's stands between the first one and the waiter, ahead
+// watches the first one too (turn): once that node comes first, the owner holds the lock and
+// the waiter enters its node, as a later acquisition of the owner would, rather than wait
+// behind its own owner. That node does not change when it comes first; the going of the
+// node first in line is what tells.
 func (b *Backend) ahead(ctx context.Context, dir string, q []entry, i int, req fencelock.Request, queued bool) (firstInLine, error) {
 	path := dir + "/" + q[0].name
 	sent := time.Now()
@@ -126,20 +134,27 @@ func (b *Backend) ahead(ctx context.Context, dir string, q []entry, i int, req f
 	var data lockData
 	var stat *zk.Stat
 	var err error
-	if i > 1 && !q[0].mayBeOwners(req.Owner) {
+	watch := queued && (i == 1 || ownersAmong(q[1:i], req.Owner))
+	if !watch && i > 1 && !q[0].mayBeOwners(req.Owner) {
 		// Not the owner's node, by its name: nothing to read. A node of a client that named its
 		// nodes otherwise may be the owner's all the same; that client is another process's
 		// (see newGUIDFor), whose node is another holder's to this one anyway.
 		return f, nil
 	}
-	if i == 1 && queued {
+	if watch {
 		var raw []byte
-		raw, stat, f.watch, err = b.getW(ctx, path)
+		var w <-chan zk.Event
+		raw, stat, w, err = b.getW(ctx, path)
 		switch {
 		case err == zk.ErrNoNode:
 			return f, errVanished
 		case err != nil:
 			return f, err
+		}
+		if i == 1 {
+			f.watch = w
+		} else {
+			f.turn = w
 		}
 		if data, err = decodeData(raw); err != nil {
 			return f, fmt.Errorf("%w: %s: %w", fencelock.ErrInvalid, path, err)
@@ -154,12 +169,18 @@ func (b *Backend) ahead(ctx context.Context, dir string, q []entry, i int, req f
 	return f, nil
 }
 
+// ownersAmong reports whether one of the nodes q may be owner's, by its name.
+func ownersAmong(q []entry, owner string) bool {
+	return slices.ContainsFunc(q, func(e entry) bool { return e.mayBeOwners(owner) })
+}
+
 // errSessionGone says a waiter's node went with its session: go-zookeeper ended the watch.
 var errSessionGone = errors.New("fencelock/zk: the session ended while waiting")
 
 // waitTurn waits for the node just ahead of a waiter to change, with watch when the caller has
-// one on it. It reports whether the watch told of that node's deletion.
-func (b *Backend) waitTurn(ctx context.Context, name, ahead string, watch <-chan zk.Event) (bool, error) {
+// one on it, or for turn, when set, to fire. It reports whether the watch told of that node's
+// deletion.
+func (b *Backend) waitTurn(ctx context.Context, name, ahead string, watch, turn <-chan zk.Event) (bool, error) {
 	if watch == nil {
 		_, _, w, err := b.getW(ctx, ahead)
 		switch {
@@ -172,17 +193,24 @@ func (b *Backend) waitTurn(ctx context.Context, name, ahead string, watch <-chan
 	}
 	select {
 	case ev := <-watch:
-		if ev.Err != nil {
-			// go-zookeeper ends watches when the session expires or the connection is
-			// closed for good; the waiter's node went with the session.
-			return false, fmt.Errorf("%w: waiting for %q: %w: %w", fencelock.ErrUnavailable, name, errSessionGone, ev.Err)
-		}
-		return ev.Type == zk.EventNodeDeleted, nil
+		return ev.Type == zk.EventNodeDeleted, watchEnded(name, ev)
+	case ev := <-turn:
+		return false, watchEnded(name, ev) // the node first in line changed: look again
 	case <-ctx.Done():
 		// The watch stays registered until the node ahead changes: go-zookeeper cannot
 		// remove it. It costs a map entry and a buffered channel, no goroutine.
 		return false, fmt.Errorf("fencelock/zk: left the queue of %q: %w", name, ctx.Err())
 	}
+}
+
+// watchEnded says why go-zookeeper sent ev to a waiter's watch, when not for a change of what
+// it watches: the session expired, or the connection was closed for good, and the waiter's
+// node went with the session.
+func watchEnded(name string, ev zk.Event) error {
+	if ev.Err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: waiting for %q: %w: %w", fencelock.ErrUnavailable, name, errSessionGone, ev.Err)
 }
 
 // syncAsync syncs the connection's server with the leader, and sends the outcome on the
