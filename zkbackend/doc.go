@@ -69,7 +69,9 @@
 // gone before anyone was granted past it, holds for no one until its removal or its session's
 // end, as any node whose release is owed does, and its limit is the semaphore's meanwhile.
 // A permit's token is its node's czxid; reentry (WithOwner) adds a hold to the owner's node,
-// found by the owner tag and read to be sure.
+// found by the owner tag and read to be sure. A waiter looks for such a node ahead of it at
+// every wake: when another call of its owner's, waiting before it, is granted, it enters that
+// permit and leaves the line, rather than wait for a second permit behind its own owner.
 //
 // # Fencing tokens
 //

@@ -140,7 +140,7 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fenceloc
 		return b.seize(ctx, start, k, n, n.sent, true)
 	}
 	dir := parent(n.path)
-	told, looked := false, false
+	told := false
 	for woke := false; ; woke = true {
 		if err := ctx.Err(); err != nil {
 			return b.leave(ctx, k, n, fmt.Errorf("fencelock/zk: left the line of semaphore %q: %w", req.Name, err))
@@ -174,21 +174,20 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fenceloc
 			}
 			continue
 		}
-		if !looked {
-			// The owner may hold a permit through another node: enter that one rather than
-			// wait behind itself. n is surplus either way.
-			looked = true
-			if h, ok, err := b.ownPermit(ctx, dir, q[:i], req.Owner, ""); err != nil || ok {
-				if err != nil {
-					return b.leave(ctx, k, n, err)
-				}
-				g, h, err := b.enter(ctx, start, k, h, req, true)
-				if err != errVanished {
-					_, _, _ = b.leave(ctx, k, n, nil)
-					return g, h, err
-				}
-				continue
+		// The owner may hold a permit through another node ahead, since n joined too: another
+		// call of the owner's, waiting before n, was granted. Enter that one rather than wait
+		// behind itself; n is surplus either way. What grants that node — a node before it
+		// leaving, or giving permits back — changes the line or a node n watches, and wakes n.
+		if h, ok, err := b.ownPermit(ctx, dir, q[:i], req.Owner, ""); err != nil || ok {
+			if err != nil {
+				return b.leave(ctx, k, n, err)
 			}
+			g, h, err := b.enter(ctx, start, k, h, req, true)
+			if err != errVanished {
+				_, _, _ = b.leave(ctx, k, n, nil)
+				return g, h, err
+			}
+			continue
 		}
 		fit, gave, err := b.fits(ctx, dir, q, i, queued)
 		switch {
@@ -274,11 +273,19 @@ func (b *Backend) fits(ctx context.Context, dir string, q []entry, i int, watch 
 // in it, or with hold empty, one of a session this Backend can vouch for. The same owner may
 // hold a permit through another process's session too (see sessions.go), whose node is not
 // this one's to enter, renew or release.
+//
+// Whether a node holds, the line tells (fits), before any read: a waiter asks at every wake,
+// and a node of its owner's that waits too costs it nothing. A node that held when q was read
+// holds as long as it is there, so the read after says it still does.
 func (b *Backend) ownPermit(ctx context.Context, dir string, q []entry, owner, hold string) (holding, bool, error) {
 	tag := ownerTag(owner)
 	for j, e := range q {
 		if e.tag != tag || e.limit != q[0].limit { // another's, or refused
 			continue
+		}
+		fit, _, err := b.fits(ctx, dir, q, j, false)
+		if err != nil || !fit {
+			return holding{}, false, err // and none after it holds either
 		}
 		path := dir + "/" + e.name
 		sent := time.Now()
@@ -292,10 +299,6 @@ func (b *Backend) ownPermit(ctx context.Context, dir string, q []entry, owner, h
 			continue // another owner whose tag is the same
 		case hold != "" && !data.has(hold), hold == "" && !b.vouchable(stat.EphemeralOwner):
 			continue
-		}
-		fit, _, err := b.fits(ctx, dir, q, j, false)
-		if err != nil || !fit {
-			return holding{}, false, err
 		}
 		return holdingOf(path, data, stat, sent), true, nil
 	}
