@@ -14,10 +14,11 @@ import (
 	"github.com/fencelock/fencelock"
 )
 
-// Backend is a fencelock.Backend, fencelock.Queue and fencelock.Semaphores over one ZooKeeper
-// connection. It is safe
-// for concurrent use. Its goroutines — the settler of what it owes, and requests whose callers
-// stopped waiting — run only while there is such work; Close waits for them.
+// Backend is a fencelock.Backend, fencelock.Queue, fencelock.Semaphores and
+// fencelock.LossWatcher over one ZooKeeper connection. It is safe for concurrent use. Its
+// goroutines — the settler of what it owes, and requests whose callers stopped waiting — run
+// only while there is such work, but one: from its first call until Close, or until its
+// session ends, one keeps the watch of the session's end (end.go). Close waits for them.
 type Backend struct {
 	conn     *zk.Conn
 	root     string
@@ -28,8 +29,9 @@ type Backend struct {
 	ctx    context.Context // ends on Close; the settler's requests run under it
 	cancel context.CancelFunc
 
-	registered atomic.Int64 // the session this Backend last registered (sessions.go)
-	flights    flights      // the Backend's goroutines
+	registered atomic.Int64               // the session this Backend last registered (sessions.go)
+	end        atomic.Pointer[sessionEnd] // the watch of its current session's end (end.go)
+	flights    flights                    // the Backend's goroutines
 	closed     atomic.Bool
 
 	mu          sync.Mutex          // guards held, busyDirs, owed, settling, settlingNow and settled
@@ -42,8 +44,9 @@ type Backend struct {
 }
 
 var (
-	_ fencelock.Backend = (*Backend)(nil)
-	_ fencelock.Queue   = (*Backend)(nil)
+	_ fencelock.Backend     = (*Backend)(nil)
+	_ fencelock.Queue       = (*Backend)(nil)
+	_ fencelock.LossWatcher = (*Backend)(nil)
 )
 
 // Option configures a Backend.

@@ -108,6 +108,14 @@
 //     go-zookeeper does when the server reports the session expired): from then on Renew
 //     reports fencelock.ErrNotHeld for every lock it held, and a waiter in line under that
 //     session returns fencelock.ErrUnavailable, for the Client to queue again.
+//   - Closing the connection is a loss. go-zookeeper tells the server, which ends the session
+//     and deletes its nodes at once: the next waiter holds the lock at once, and so every lock
+//     held through that connection is lost at once too. A Backend keeps a watch on its
+//     session, which go-zookeeper ends when the connection is closed or it learns the session
+//     expired; it is fencelock.LossWatcher, so the Client ends those locks' contexts with
+//     fencelock.ErrLost the moment the watch ends, and Renew and Release report
+//     fencelock.ErrNotHeld from then on. (A lock held without the watchdog, which the Client
+//     neither renews nor watches, is trusted for its TTL, as the Client promises.)
 //
 // The Client stops trusting a lock no later than the server can expire its session, so an
 // expiry never lets the old and the new holder both think they hold the lock, as long as the
@@ -166,7 +174,8 @@
 // Client's retry of one whose outcome was lost) takes back a node an earlier attempt left in
 // line instead of queueing behind it, and what was owed of the node it is granted is void:
 // owed work never touches a node a later grant adopted. Close waits up to CloseTimeout for
-// that work; close the Backend before its connection.
+// that work; close the Backend before its connection. Nothing is owed of a session known to
+// have ended: its nodes went with it.
 //
 // # Compared with go-zookeeper's zk.Lock
 //

@@ -59,6 +59,11 @@ func (h holding) guid() string { return parseGUID(h.path[len(parent(h.path))+1:]
 // made now.
 func (b *Backend) granted(ctx context.Context, start time.Time, h holding, sent time.Time, confirmed bool) (fencelock.Grant, error) {
 	keep := b.validity
+	if h.session == b.conn.SessionID() {
+		if err := b.endWatched(ctx); err != nil {
+			return fencelock.Grant{}, err
+		}
+	}
 	switch {
 	case h.session != b.conn.SessionID():
 		var err error
@@ -79,7 +84,7 @@ func (b *Backend) granted(ctx context.Context, start time.Time, h holding, sent 
 // lost reports whether h's node ended with its session. go-zookeeper replaces the session ID
 // when the server reports the old session expired, and the server deletes an expired
 // session's ephemeral nodes, so a connection whose session changed means every lock node made
-// under the old one is gone, whoever holds the lock now.
+// under the old one is gone, whoever holds the lock now; so does a connection closed (end.go).
 func (b *Backend) lost(h holding) bool {
 	_, _, live := b.sessionOf(h.session)
 	return live == endedSession

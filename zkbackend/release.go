@@ -27,8 +27,9 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	o := owed{holder: k, hold: hold}
 	h, cached := b.holding(k)
 	if cached && b.lost(h) {
+		// Its node ended with the session: nothing is left to release, or owed.
 		b.forget(k, h.path)
-		cached = false
+		return 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node of %q ended: it expired, or its connection was closed", fencelock.ErrNotHeld, lease.Name)
 	}
 	if cached {
 		o.guid, o.session = h.guid(), h.session

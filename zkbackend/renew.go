@@ -33,7 +33,7 @@ func (b *Backend) renew(ctx context.Context, l fencelock.Lease, synced map[*zk.C
 	h, ok := b.holding(k)
 	if ok && b.lost(h) {
 		b.forget(k, h.path)
-		return 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node of %q expired", fencelock.ErrNotHeld, l.Name)
+		return 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node of %q ended: it expired, or its connection was closed", fencelock.ErrNotHeld, l.Name)
 	}
 	if !ok {
 		// Not known here (another Backend made the node for the same owner): look.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
 )
 
@@ -155,5 +156,113 @@ func TestPausedServerEndsTheLockByItsDeadline(t *testing.T) {
 	}
 	if err := lock.Context().Err(); !errors.Is(err, fencelock.ErrLost) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("context error %v", err)
+	}
+}
+
+// The user closes the connection of a leader's Backend (not a drop: go-zookeeper tells the
+// server, which ends the session and deletes its nodes at once), so another contender leads at
+// once. The leadership must end as soon: its context ends with ErrLost, well before its
+// deadline. It used to stay valid until then, while the successor led, its renewals taken for
+// a disconnect that might pass.
+func TestClosedConnectionEndsLeadership(t *testing.T) {
+	// A long session, so that the leadership's deadline is far off: only word of the close
+	// can end it within the bound.
+	const timeout = zktest.MaxSessionTimeout
+	conn := dialSession(t, server.Addr, nil, timeout)
+	backend := zkbackend.New(conn, zkbackend.WithSessionTimeout(timeout))
+	leader := fencelock.New(backend, fencelock.WithDefaults(fencelock.WithTTL(timeout)))
+	t.Cleanup(func() {
+		_ = leader.Close()
+		_ = backend.Close()
+	})
+	other, _ := newClient(t)
+	admin := dial(t, server.Addr, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := lockName(t)
+
+	first, err := leader.Election(name).Campaign(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := make(chan *fencelock.Leadership, 1)
+	go func() {
+		l, err := other.Election(name).Campaign(ctx, "next")
+		if err != nil {
+			t.Error(err)
+		}
+		next <- l
+	}()
+	waitFor(t, 10*time.Second, "the next contender in line", func() bool { return len(line(t, admin, backend.Path(name))) == 2 })
+
+	conn.Close()
+	select {
+	case <-first.Context().Done():
+	case <-time.After(timeout / 2):
+		t.Fatalf("the leadership is still trusted %v after its connection was closed (valid for %v more)", timeout/2, time.Until(first.Lock().ValidUntil()).Round(time.Millisecond))
+	}
+	if err := first.Context().Err(); !errors.Is(err, fencelock.ErrLost) {
+		t.Fatalf("the leadership's context after its connection was closed: %v, want ErrLost", err)
+	}
+	// Its node went with the session: there is nothing to resign, and nothing owed.
+	if err := first.Resign(ctx); !errors.Is(err, fencelock.ErrNotHeld) {
+		t.Fatalf("Resign once the connection was closed: %v, want ErrNotHeld", err)
+	}
+	if n := backend.Owed(); n != 0 {
+		t.Fatalf("%d removals owed on a closed connection, whose session took its nodes", n)
+	}
+	second := <-next
+	if second == nil {
+		t.FailNow()
+	}
+	if second.Term() <= first.Term() {
+		t.Fatalf("the next leader's term %d is not above %d", second.Term(), first.Term())
+	}
+	if err := second.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A dropped connection is no loss, unlike a closed one: go-zookeeper reconnects within the
+// session, and the lock, and the watch that tells of the session's end, survive the drop. A
+// close after it still ends the lock at once.
+func TestDroppedConnectionIsNoLoss(t *testing.T) {
+	var link zktest.Link
+	conn := dialSession(t, server.Addr, link.Dial, longSession)
+	backend := zkbackend.New(conn, zkbackend.WithSessionTimeout(longSession))
+	c := fencelock.New(backend, fencelock.WithDefaults(fencelock.WithTTL(longSession)))
+	t.Cleanup(func() {
+		_ = c.Close()
+		_ = backend.Close()
+	})
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := lockName(t)
+
+	lock, err := c.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	session := conn.SessionID()
+	link.Cut()
+	waitFor(t, 5*time.Second, "the disconnect", func() bool { return conn.State() != zk.StateHasSession })
+	link.Restore()
+	waitFor(t, 10*time.Second, "the reconnect", func() bool { return conn.State() == zk.StateHasSession })
+	if conn.SessionID() != session {
+		t.Fatal("the session expired during the outage: nothing left to show")
+	}
+	if err := lock.Valid(); err != nil {
+		t.Fatalf("the lock after a drop its session survived: %v", err)
+	}
+	if err := lock.Refresh(ctx, longSession); err != nil {
+		t.Fatalf("a renewal after a drop its session survived: %v", err)
+	}
+
+	conn.Close()
+	select {
+	case <-lock.Context().Done():
+	case <-time.After(longSession / 2):
+		t.Fatalf("the lock is still trusted %v after its connection was closed", longSession/2)
+	}
+	if err := lock.Context().Err(); !errors.Is(err, fencelock.ErrLost) {
+		t.Fatalf("the lock's context after its connection was closed: %v, want ErrLost", err)
 	}
 }

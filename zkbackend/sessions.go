@@ -30,12 +30,18 @@ var sessions struct {
 type sessionConn struct {
 	conn    weak.Pointer[zk.Conn]
 	timeout time.Duration // the least that the Backends on conn said it was granted
+	end     *sessionEnd   // the watch of its end a Backend on conn keeps (end.go)
 }
 
-// register records b's connection under its current session.
+// register records b's connection under its current session, and has b watch for that
+// session's end (end.go).
 func (b *Backend) register() {
 	id := b.conn.SessionID()
-	if id == 0 || b.registered.Load() == id {
+	if id == 0 {
+		return
+	}
+	end, fresh := b.watchEnd(id)
+	if !fresh && b.registered.Load() == id {
 		return
 	}
 	sessions.mu.Lock()
@@ -51,8 +57,9 @@ func (b *Backend) register() {
 	s, ok := sessions.byID[id]
 	if ok && s.conn.Value() == b.conn {
 		s.timeout = min(s.timeout, b.validity)
+		s.end = end
 	} else {
-		s = sessionConn{conn: weak.Make(b.conn), timeout: b.validity}
+		s = sessionConn{conn: weak.Make(b.conn), timeout: b.validity, end: end}
 	}
 	sessions.byID[id] = s
 	b.registered.Store(id)
@@ -64,13 +71,16 @@ type liveness int
 const (
 	unknownSession liveness = iota // not a session of this process, as far as it knows
 	liveSession                    // a session of this process's, its connection still on it
-	endedSession                   // it expired: its connection is on a new session now
+	endedSession                   // it expired, or its connection was closed (end.go)
 )
 
 // sessionOf returns the connection of session id and the session's timeout, when it is a
 // live session of this process.
 func (b *Backend) sessionOf(id int64) (*zk.Conn, time.Duration, liveness) {
 	if id != 0 && id == b.conn.SessionID() {
+		if e := b.end.Load(); e != nil && e.session == id && e.endedWith() != nil {
+			return nil, 0, endedSession
+		}
 		return b.conn, b.validity, liveSession
 	}
 	sessions.mu.Lock()
@@ -86,8 +96,23 @@ func (b *Backend) sessionOf(id int64) (*zk.Conn, time.Duration, liveness) {
 	case conn.SessionID() != id:
 		// go-zookeeper takes a new session only when the server said the old one expired.
 		return nil, 0, endedSession
+	case s.end != nil && s.end.endedWith() != nil:
+		return nil, 0, endedSession
 	}
 	return conn, s.timeout, liveSession
+}
+
+// endOf returns the watch of the end of session id, when this process keeps one.
+func (b *Backend) endOf(id int64) *sessionEnd {
+	if e := b.end.Load(); e != nil && e.session == id {
+		return e
+	}
+	sessions.mu.Lock()
+	defer sessions.mu.Unlock()
+	if s, ok := sessions.byID[id]; ok && s.end != nil && s.end.session == id {
+		return s.end
+	}
+	return nil
 }
 
 // vouchable reports whether b can vouch for a node of session id.
@@ -109,7 +134,7 @@ func (b *Backend) witness(ctx context.Context, h holding, synced map[*zk.Conn]ti
 	conn, keep, live := b.sessionOf(h.session)
 	switch live {
 	case endedSession:
-		return time.Time{}, 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node %s expired", fencelock.ErrNotHeld, h.path)
+		return time.Time{}, 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node %s ended", fencelock.ErrNotHeld, h.path)
 	case unknownSession:
 		return time.Time{}, 0, fmt.Errorf("%w: the lock node %s belongs to ZooKeeper session 0x%x of another process, which this one cannot vouch for", fencelock.ErrNotHeld, h.path, h.session)
 	}
