@@ -194,6 +194,70 @@ func (s suite) semOneOwnerWaitsTwice(t *testing.T) {
 	_ = q.Release(ctx)
 }
 
+// Two goroutines of one process wait under one owner for a lock another holds: once it is
+// released, both hold it, as two holds of the owner's one lock; the store counts both.
+func (s suite) oneOwnerWaitsTwice(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	holder, err := s.client(t).Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{}, 2)
+	c := s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
+		if e.Kind == fencelock.EventWaiting && e.Name == name {
+			waiting <- struct{}{}
+		}
+	}))
+	owner := "owner-" + name
+	locks := make(chan *fencelock.Lock, 2)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			l, err := c.Obtain(ctx, name, fencelock.WithOwner(owner))
+			if err != nil {
+				errs <- err
+				return
+			}
+			locks <- l
+		}()
+	}
+	for range 2 {
+		select {
+		case <-waiting:
+		case err := <-errs:
+			t.Fatalf("a waiter of the owner: %v", err)
+		}
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var mine []*fencelock.Lock
+	for range 2 {
+		select {
+		case l := <-locks:
+			mine = append(mine, l)
+		case err := <-errs:
+			t.Fatalf("a waiter of the owner, once the other holder released: %v", err)
+		}
+	}
+	if info, err := c.Inspect(ctx, name); err != nil || !info.Held || info.Owner != owner || info.Count != 2 {
+		t.Fatalf("both waiters of one owner hold: Inspect says %+v, %v; want %q with 2 holds", info, err, owner)
+	}
+	if err := mine[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.client(t).TryObtain(ctx, name); !errors.Is(err, fencelock.ErrNotObtained) {
+		if l != nil {
+			_ = l.Release(ctx)
+		}
+		t.Fatalf("another owner while one owner's hold remains: %v, want ErrNotObtained", err)
+	}
+	if err := mine[1].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Callers that disagree on a semaphore's limit, looping on one name, never hold permits of
 // two limits at once: the limit is the one the holders agreed on, until none is held. A
 // refused caller must leave nothing behind that makes the next ones agree with it.

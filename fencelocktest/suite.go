@@ -64,6 +64,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("BadInput", s.badInput)
 	t.Run("CloseReleases", s.closeReleases)
 	t.Run("ContextEndsInFlight", s.contextEndsInFlight)
+	t.Run("OneOwnerWaitsTwice", s.oneOwnerWaitsTwice)
 }
 
 type suite struct{ Target }
