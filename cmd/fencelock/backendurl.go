@@ -66,6 +66,10 @@ func openStore(raw string) (*store, error) {
 			return nil, exitf(exitUsage, "backend URL %s: %v", s.url, err)
 		}
 		opts.ContextTimeoutEnabled = true
+		if opts.ClientName == "" {
+			// So that CLIENT LIST tells an operator which process a connection is.
+			opts.ClientName = "fencelock-" + strconv.Itoa(os.Getpid())
+		}
 		c := redis.NewClient(opts)
 		s.useRedis(c)
 		s.password = opts.Password
