@@ -33,6 +33,7 @@ func RunSemaphore(t *testing.T, target Target) {
 	t.Run("DisagreeingLimits", s.semDisagreeingLimits)
 	t.Run("ContextEndsInFlight", s.semContextEndsInFlight)
 	t.Run("CloseReleases", s.semCloseReleases)
+	t.Run("ReentryUnderAnotherLimit", s.semReentryUnderAnotherLimit)
 }
 
 // The limit is honoured, permits have tokens that increase, and a released permit goes to

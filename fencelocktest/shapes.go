@@ -442,3 +442,25 @@ func (s suite) electCloseResigns(t *testing.T) {
 	}
 	_ = next.Resign(ctx)
 }
+
+// An owner that holds a permit and asks again under another limit is refused, as any caller
+// of another limit is while permits are held: its re-entry does not make the limit its.
+func (s suite) semReentryUnderAnotherLimit(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	c := s.client(t)
+	owner := fencelock.WithOwner("owner-" + name)
+	p, err := c.Semaphore(name, 3).TryAcquire(ctx, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	q, err := c.Semaphore(name, 2).TryAcquire(ctx, owner)
+	var le *fencelock.LimitError
+	if !errors.As(err, &le) || le.Stored != 3 || le.Limit != 2 {
+		if q != nil {
+			_ = q.Release(ctx)
+		}
+		t.Fatalf("the owner's re-entry under limit 2 while it holds a permit of 3: %v, want a *LimitError", err)
+	}
+}

@@ -68,6 +68,11 @@ func checkPermit(req fencelock.Request) error {
 func (s *Store) takePermit(e *entry, req fencelock.Request, now time.Time, ahead int) (fencelock.Grant, error) {
 	w := weight(req)
 	if p := permitOf(e, req.Owner); p != nil {
+		if e.limit != req.Limit {
+			// The owner's permit was taken under the limit its holders agreed on: a re-entry
+			// under another is refused as any caller of it is (etcd and ZooKeeper do so).
+			return fencelock.Grant{}, &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: e.limit}
+		}
 		if w > p.weight {
 			return fencelock.Grant{}, fmt.Errorf("%w: %q: this owner holds %d permits and asks for %d", fencelock.ErrUpgrade, req.Name, p.weight, w)
 		}

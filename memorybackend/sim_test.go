@@ -621,9 +621,8 @@ func (s *sim) checkGrant(g *simHandle, start time.Time) {
 	}
 	// What every owner believes it holds, counted by owner: a permit's holds take the most
 	// any of them asked for.
-	// A re-entry under another limit is the owner's one permit, counted under the limit its
-	// first hold agreed to (the stores enter it, as Redis does): limits are compared between
-	// first holds.
+	// Limits are compared between first holds: a re-entry is its owner's one permit, taken
+	// under the limit its first hold agreed to (a re-entry under another limit is refused).
 	byOwner := map[string]int{owner: g.weight}
 	limits := map[int]bool{}
 	if !g.reentry {
@@ -787,6 +786,7 @@ func TestSimulation(t *testing.T) {
 		log, n := runSim(t, cfg)
 		total += n
 		if t.Failed() {
+			t.Logf("found in seed %d, after %d operations simulated in %v", seed, total, time.Since(began).Round(time.Millisecond))
 			return
 		}
 		for _, l := range log {

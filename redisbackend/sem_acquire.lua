@@ -33,6 +33,12 @@ if mine then
   if not p then
     return redis.error_reply(sem_foreign)
   end
+  -- A re-entry under another limit is refused as any caller of it is: the owner's permit was
+  -- taken under the limit its holders agreed on.
+  local agreed = tonumber(redis.call('HGET', KEYS[1], 'limit'))
+  if agreed and agreed ~= limit then
+    return {-1, agreed}
+  end
   if weight > p.w then
     return {-2, p.w}
   end
