@@ -45,7 +45,9 @@ func TestConformance(t *testing.T) {
 	t.Run("RWLock", func(t *testing.T) { fencelocktest.RunRWLock(t, target) })
 	// No expiries: a node lives as long as its session, not its TTL (the README's backend table).
 	t.Run("Model", func(t *testing.T) {
-		fencelocktest.RunModel(t, target, fencelocktest.Model{Semaphores: true, Elections: true})
+		fencelocktest.RunModel(t, target, fencelocktest.Model{Semaphores: true, Elections: true,
+			// An owner's re-entry under another limit: refused here, entered by the model then.
+			Regressions: []uint64{528639425}})
 	})
 }
 
