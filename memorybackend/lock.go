@@ -30,7 +30,11 @@ func (s *Store) takeLock(e *entry, req fencelock.Request, now time.Time) (fencel
 
 // newHolder is the holder of a first grant of weight to req at now; s.mu is held.
 func (s *Store) newHolder(req fencelock.Request, weight int, now time.Time) *holder {
-	return &holder{owner: req.Owner, token: s.nextToken(), holds: map[string]int{req.Hold: weight}, weight: weight, meta: req.Meta, expires: now.Add(req.TTL)}
+	h := &holder{owner: req.Owner, token: s.nextToken(), holds: map[string]int{req.Hold: weight}, weight: weight, meta: req.Meta, expires: now.Add(req.TTL)}
+	if s.issued != nil {
+		s.issued(req.Name, h.token)
+	}
+	return h
 }
 
 // enter adds req's hold to h, its owner's: a re-entry, or a retry of an acquisition it made

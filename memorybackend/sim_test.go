@@ -72,6 +72,7 @@ type sim struct {
 	live     map[*fencelock.Lock]*simHandle
 	grants   map[string][]simGrant // by class/name
 	faults   map[string]time.Time  // the last store fault of each name
+	terms    map[int64]bool        // the election's tokens the store granted
 	findings []string
 	firstAt  time.Duration // when the first finding was made
 }
@@ -178,12 +179,19 @@ func (g *simGate) run() {
 // runSim runs one simulation in a bubble, and returns its log and how many operations it ran.
 func runSim(t *testing.T, cfg simConfig) (log []string, ops int64) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &sim{t: t, cfg: cfg, store: New(), live: map[*fencelock.Lock]*simHandle{}, grants: map[string][]simGrant{}, faults: map[string]time.Time{}}
+		s := &sim{t: t, cfg: cfg, store: New(), live: map[*fencelock.Lock]*simHandle{}, grants: map[string][]simGrant{}, faults: map[string]time.Time{}, terms: map[int64]bool{}}
 		s.gate = &simGate{rng: rand.New(rand.NewPCG(cfg.seed, 1)), notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), trace: simTrace}
 		if os.Getenv("FENCELOCK_SIM_DUMP") != "" && s.gate.trace == nil {
 			s.gate.trace = new([]string)
 		}
 		s.store.gate = s.gate.enter
+		s.store.issued = func(name string, token int64) {
+			if name == simElection {
+				s.mu.Lock()
+				s.terms[token] = true
+				s.mu.Unlock()
+			}
+		}
 		go s.gate.run()
 		start := time.Now()
 		for i := range cfg.clients {
@@ -370,10 +378,42 @@ func (s *sim) worker(id int, r *rand.Rand) {
 				_ = c.Close() // with whatever its other workers hold
 				s.record(id, seq, "close client %d", ci)
 			}
+		case n < 99:
+			s.observeStep(ctx, id, seq, c, pick(r, simWaits))
 		default:
 			time.Sleep(pick(r, simWaits))
 		}
 	}
+}
+
+// observeStep watches the election for d: every term Observe reports is one a leader was
+// granted, and the terms never go back.
+func (s *sim) observeStep(ctx context.Context, worker, seq int, c *fencelock.Client, d time.Duration) {
+	octx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	seen, err := c.Election(simElection).Observe(octx)
+	if err != nil {
+		s.record(worker, seq, "observe: %s", outcome(err))
+		return
+	}
+	var top int64
+	n := 0
+	for l := range seen {
+		n++
+		if !l.Elected {
+			continue
+		}
+		s.mu.Lock()
+		if !s.terms[l.Term] {
+			s.flag("Observe reported term %d, which the store never granted", l.Term)
+		}
+		if l.Term < top {
+			s.flag("Observe reported term %d after term %d", l.Term, top)
+		}
+		s.mu.Unlock()
+		top = max(top, l.Term)
+	}
+	s.record(worker, seq, "observe: reported %d", n)
 }
 
 // pick draws one of ds, with a jitter of up to a millisecond, in nanoseconds: two things the

@@ -26,6 +26,9 @@ type Store struct {
 	// returns when the call may go on: the deterministic simulation (sim_test.go) orders the
 	// calls that arrive at one moment of virtual time by its seed.
 	gate func(ctx context.Context, b *Backend, op, name string)
+	// issued, when set, is told each token the store grants, under mu: the simulation checks
+	// that a leader read was one the store made.
+	issued func(name string, token int64)
 }
 
 // New returns an empty Store.
