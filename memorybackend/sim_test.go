@@ -51,6 +51,9 @@ type simConfig struct {
 	ops     int // operations to run, over every worker
 	clients int
 	workers int // per Client
+	// done, when set, counts the operations run, across runs: a failing run ends its test
+	// (synctest fails it at once), so the count is read in a clean-up.
+	done *atomic.Int64
 }
 
 // sim is one run.
@@ -322,6 +325,9 @@ func (s *sim) worker(id int, r *rand.Rand) {
 	budget := s.cfg.ops / (s.cfg.clients * s.cfg.workers) // each worker's own: the count does not depend on who ran first
 	for seq := 0; seq < budget; seq++ {
 		s.ops.Add(1)
+		if s.cfg.done != nil {
+			s.cfg.done.Add(1)
+		}
 		label := fmt.Sprintf("w%d#%d", id, seq)
 		ctx := context.WithValue(context.Background(), simLabel{}, label)
 		c, _ := s.client(ci)
@@ -818,17 +824,19 @@ func TestSimulation(t *testing.T) {
 	end := time.Now().Add(time.Duration(minutes * float64(time.Minute)))
 	seed := simSeed(t)
 	var total int64
+	var done atomic.Int64
 	counts := map[string]int{}
 	began := time.Now()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("found in seed %d, after %d operations simulated in %v", seed, done.Load(), time.Since(began).Round(time.Millisecond))
+		}
+	})
 	for first := true; first || time.Now().Before(end); first = false {
-		cfg := simConfig{seed: seed, ops: simCIOps, clients: 3, workers: 3}
+		cfg := simConfig{seed: seed, ops: simCIOps, clients: 3, workers: 3, done: &done}
 		t.Logf("seed %d (FENCELOCK_SIM_SEED=%d replays it)", seed, seed)
 		log, n := runSim(t, cfg)
 		total += n
-		if t.Failed() {
-			t.Logf("found in seed %d, after %d operations simulated in %v", seed, total, time.Since(began).Round(time.Millisecond))
-			return
-		}
 		for _, l := range log {
 			if i := strings.LastIndex(l, ": "); i > 0 {
 				if w := strings.Fields(l[i+2:]); len(w) > 0 {
