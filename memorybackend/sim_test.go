@@ -872,16 +872,19 @@ var simRegressions = map[uint64]string{
 	// Client under the same owner (shared-all): another owner got it while that Client still
 	// trusted it.
 	478017345: "Refresh beside a concurrent Release under an owner shared across Clients",
-	// Bugs of the repository's history put back one at a time (the closing note of issue 28
-	// has the figures), each caught by the first of these seeds to run:
-	// - a Refresh whose caller's holds were counted before it claimed the renewal (c768043);
-	// - a Refresh to a shorter TTL whose outcome is unknown keeping the old deadline (1d16d20);
-	// - a Refresh's deadline counted from its answer, not its send (5d2b4ca);
-	// - renewals and Refreshes that shorten a lock whatever holds it has (928a046, 9de46ea);
-	// - a retried release that ends a second hold (hold IDs).
-	1000: "an unknown shorter Refresh; renewals that shorten; a retried release that ends another hold",
-	1047: "a Refresh that counts the caller's holds before it claims the renewal",
-	1074: "a Refresh's deadline counted from its answer",
+	// Bugs of the repository's history put back one at a time; each seed below is the first,
+	// counting up from 1000, to catch one (the closing note of issue 28 has the figures):
+	// - renewals and Refreshes that shorten a lock whatever holds it has (928a046, 9de46ea),
+	//   and a retried release that ends a second hold (hold IDs): 1000;
+	// - a Refresh to a shorter TTL whose outcome is unknown keeping the old deadline
+	//   (1d16d20): 1002;
+	// - a Refresh's deadline counted from its answer, not its send (5d2b4ca): 1007;
+	// - a Refresh whose caller's holds were counted before it claimed the renewal (c768043):
+	//   1120.
+	1000: "renewals that shorten whatever holds; a retried release that ends another hold",
+	1002: "an unknown shorter Refresh keeping the old deadline",
+	1007: "a Refresh's deadline counted from its answer",
+	1120: "a Refresh that counts the caller's holds before it claims the renewal",
 }
 
 func TestSimulationRegressions(t *testing.T) {
