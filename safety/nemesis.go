@@ -1,7 +1,9 @@
 package safety
 
 import (
+	"cmp"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -181,7 +183,7 @@ type faultPlan struct {
 	Kind   string        // see faultKinds
 	Target int           // which worker or server, reduced modulo the count when it runs
 	Other  int           // the server of a link fault
-	Class  string        // pause of a worker: "waiting", "holding", "releasing" or "any"
+	Class  string        // pause of a worker: "waiting", "holding", "releasing", "any", or "leading" (planMore)
 	Pinned bool          // pause of a worker: Target is the worker, whatever it is doing
 	D      time.Duration // how long it lasts
 }
@@ -199,6 +201,32 @@ var faultKinds = []struct {
 	{"blackhole", 2},
 	{"delay", 2},
 	{"delete-key", 3},
+	// "oom" is drawn apart, by planMore.
+}
+
+// planMore adds to faults, drawn from r (a stream of their own, so that the faults
+// planFaults draws, and the schedules old seeds replay, stay as they were): one or two
+// SIGSTOPs of a worker whose election thread leads under Election.Lead, longer than most
+// terms, so that the next leader is in office when it resumes; and, where the servers are
+// Redis (oom), one or two "oom" faults of a server: its maxmemory set below the memory it uses,
+// under noeviction, so that it refuses writes.
+func planMore(faults []faultPlan, r *rand.Rand, d time.Duration, oom bool) []faultPlan {
+	out := slices.Clone(faults)
+	at := func() time.Duration {
+		return 300*time.Millisecond + time.Duration(r.Int64N(int64(max(d-1300*time.Millisecond, time.Millisecond))))
+	}
+	for range 1 + r.IntN(2) {
+		out = append(out, faultPlan{At: at(), Kind: "pause-worker", Class: "leading", Target: r.IntN(1 << 20),
+			D: []time.Duration{400, 1200, 2500}[r.IntN(3)] * time.Millisecond})
+	}
+	for range 1 + r.IntN(2) {
+		f := faultPlan{At: at(), Kind: "oom", Other: r.IntN(1 << 20), D: time.Duration(50+r.IntN(2000)) * time.Millisecond}
+		if oom {
+			out = append(out, f)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b faultPlan) int { return cmp.Compare(a.At, b.At) })
+	return out
 }
 
 // planFaults draws the faults of a run of length d: one every 150ms to 1.2s for 3 to 6

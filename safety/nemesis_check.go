@@ -53,6 +53,9 @@ const (
 	chkReentryAnew = "g: Redlock re-entry made the owner's lock anew (open, docs/SAFETY.md)"
 	chkValidity    = "h: validity shorter than the contract's"
 	chkPermits     = "i: more permits believed valid than the limit, or a writer beside another holder"
+	chkLimits      = "j: permits of two limits believed valid at once"
+	chkHeldForNone = "k: name held for no one"
+	chkInvalid     = "l: a valid call failed as invalid"
 	chkExit        = "worker failed"
 )
 
@@ -68,6 +71,10 @@ type nemesisVerdict struct {
 	Terms                                        int           // grants of leaderships (the election thread's)
 	Stalls                                       int           // stretches a worker process ran nothing (watchStalls), outside its SIGSTOPs
 	LongestStall                                 time.Duration // the longest of them, outside its SIGSTOPs
+	Closes                                       int           // Clients closed by their worker while it held (reopen)
+	Probes                                       int           // live names found held by a probe, and Inspect said by whom
+	Excused                                      int           // of their holders, those something in the history excused (checker k)
+	Unnamed                                      int           // and those whose owner no event named
 }
 
 func (v *nemesisVerdict) flag(checker string, worker int, format string, args ...any) {
@@ -108,14 +115,14 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 // check runs every checker over h.
 func (h *nemesisHistory) check() *nemesisVerdict {
 	v := &nemesisVerdict{Found: map[string]int{}, Samples: map[string][]string{}, Workers: map[string][]int{}, Faults: len(h.Faults)}
-	for _, c := range []string{chkStale, chkOrder, chkOverlap, chkDone, chkCall, chkNoTTL, chkLeak, chkSpurious, chkReentryAnew, chkExit} {
+	for _, c := range []string{chkStale, chkOrder, chkOverlap, chkDone, chkCall, chkNoTTL, chkLeak, chkSpurious, chkReentryAnew, chkHeldForNone, chkInvalid, chkExit} {
 		v.Found[c] = 0
 	}
 	if h.Backend == "redis" || h.Backend == "redlock" {
 		v.Found[chkValidity] = 0
 	}
-	if h.Backend == "redis" || h.Backend == "etcd" {
-		v.Found[chkPermits] = 0
+	if h.Backend == "redis" || h.Backend == "etcd" || h.Backend == "zk" {
+		v.Found[chkPermits], v.Found[chkLimits] = 0, 0
 	}
 	h.addStalls(v)
 	h.checkStore(v)
@@ -125,6 +132,8 @@ func (h *nemesisHistory) check() *nemesisVerdict {
 	h.checkTimes(v)
 	h.checkSpurious(v)
 	h.checkPermits(v)
+	h.checkHeldForNone(v)
+	h.checkInvalid(v)
 	for _, k := range h.NoTTL {
 		v.flag(chkNoTTL, -1, "%s", k)
 	}
@@ -180,7 +189,9 @@ func (h *nemesisHistory) grantsByName() map[string][]nemEvent {
 }
 
 // (b) A grant whose call began after another owner's grant had returned was made after it,
-// and so carries a greater token.
+// and so carries a greater token. A permit's grant that entered its owner's permit once more
+// (a hold count above 1) carries that permit's token, older than the other owners' permits
+// granted meanwhile.
 func (h *nemesisHistory) checkOrder(v *nemesisVerdict, grants map[string][]nemEvent) {
 	for name, gs := range grants {
 		v.Grants += len(gs)
@@ -188,6 +199,9 @@ func (h *nemesisHistory) checkOrder(v *nemesisVerdict, grants map[string][]nemEv
 			v.Terms += len(gs)
 		}
 		for _, g := range gs {
+			if isPermit(name) && g.Count > 1 {
+				continue
+			}
 			var worst *nemEvent
 			for i := range gs {
 				if gs[i].Ret >= g.Start {
@@ -378,7 +392,9 @@ func (h *nemesisHistory) checkTimes(v *nemesisVerdict) {
 		case "grant", "fail", "call":
 			v.Calls++
 			if e.Dl > 0 {
-				if over := time.Duration(e.Ret-e.Dl) - h.paused(e.W, e.Start, e.Ret); over > CallSlack {
+				// From the deadline on when it passed before the call began: the worker was
+				// stopped between making the context and the call.
+				if over := time.Duration(e.Ret-e.Dl) - h.paused(e.W, min(e.Start, e.Dl), e.Ret); over > CallSlack {
 					v.flag(chkCall, e.W, "%s: worker %d's %s returned %v after its deadline (%s %s)", e.Name, e.W, e.Op, over, e.Class, e.Err)
 				}
 			}
@@ -454,13 +470,26 @@ func (h *nemesisHistory) checkSpurious(v *nemesisVerdict) {
 
 // (i) At no instant do holders believe more permits of a semaphore valid than its limit, nor
 // a writer of a read-write lock valid beside another holder, but after a data loss: a holder
-// believes from its grant's return until its Done closed or its validity deadline passed,
-// whichever came first.
+// believes from its grant's return until its Done closed, its validity deadline passed, it
+// called Release or its worker closed the Client, whichever came first (a Done closed by a
+// Release or a Close is reported when its watcher runs, after the grant that the release
+// let in may have returned). Permits are counted per owner: the handles of one owner (goroutines of
+// one process, or processes that share an owner ID) are one permit, of the greatest weight
+// among them. (j) Nor do holders believe permits asked for with two limits valid at once: the
+// limit is the one the holders agreed on, and a caller that disagrees is refused; the count is
+// held to the smallest limit among the holders.
 func (h *nemesisHistory) checkPermits(v *nemesisVerdict) {
 	done := map[[2]int64]nemEvent{}
+	released := map[[2]int64]int64{}
+	closes := map[int][]int64{}
 	for _, e := range h.Events {
-		if e.K == "done" {
+		switch {
+		case e.K == "done":
 			done[[2]int64{int64(e.W), e.L}] = e
+		case e.K == "call" && e.Op == "release":
+			released[[2]int64{int64(e.W), e.L}] = e.Start
+		case e.K == "close":
+			closes[e.W] = append(closes[e.W], e.Start)
 		}
 	}
 	type edge struct {
@@ -470,13 +499,21 @@ func (h *nemesisHistory) checkPermits(v *nemesisVerdict) {
 	}
 	edges := map[string][]edge{}
 	for _, g := range h.Events {
-		if g.K != "grant" || !strings.HasPrefix(g.Name, permitPrefix) && !strings.HasPrefix(g.Name, rwPrefix) {
+		if g.K != "grant" || !isPermit(g.Name) {
 			continue
 		}
 		v.Permits++
 		end := g.Valid
 		if d, ok := done[[2]int64{int64(g.W), g.L}]; ok {
 			end = min(d.Ret, d.Valid)
+		}
+		if r, ok := released[[2]int64{int64(g.W), g.L}]; ok {
+			end = min(end, r)
+		}
+		for _, c := range closes[g.W] {
+			if c >= g.Ret {
+				end = min(end, c)
+			}
 		}
 		if end <= g.Ret {
 			continue
@@ -490,37 +527,78 @@ func (h *nemesisHistory) checkPermits(v *nemesisVerdict) {
 			}
 			return a.delta - b.delta // an end before a start at the same instant
 		})
-		limit := permitLimit
-		if strings.HasPrefix(name, rwPrefix) {
-			limit = fencelock.RWReaders
-		}
-		active := map[[2]int64]nemEvent{}
-		used := 0
+		active := map[string]map[[2]int64]nemEvent{} // owner → its handles believed valid
 		for _, e := range es {
-			k := [2]int64{int64(e.g.W), e.g.L}
-			w := max(e.g.Weight, 1)
+			k, owner := [2]int64{int64(e.g.W), e.g.L}, e.g.Owner
 			if e.delta < 0 {
-				if _, ok := active[k]; ok {
-					delete(active, k)
-					used -= w
+				delete(active[owner], k)
+				if len(active[owner]) == 0 {
+					delete(active, owner)
 				}
 				continue
 			}
-			active[k] = e.g
-			used += w
-			if used <= limit {
+			if active[owner] == nil {
+				active[owner] = map[[2]int64]nemEvent{}
+			}
+			active[owner][k] = e.g
+			used, limits := permitsInUse(active)
+			limit := slices.Min(limits)
+			if used <= limit && len(limits) == 1 {
 				continue
 			}
 			// A store that lost data since the first of these was granted may have forgotten it.
 			first := e.at
-			for _, g := range active {
-				first = min(first, g.Start)
+			for _, hs := range active {
+				for _, g := range hs {
+					first = min(first, g.Start)
+				}
 			}
-			if !h.lostAny(name, first, e.at) {
-				v.flag(chkPermits, e.g.W, "%s: worker %d's grant of %d (token %d) made %d permits believed valid at once by %d holders, of %d", name, e.g.W, w, e.g.Tok, used, len(active), limit)
+			if h.lostAny(name, first, e.at) {
+				continue
+			}
+			if len(limits) > 1 {
+				v.flag(chkLimits, e.g.W, "%s: worker %d's grant of limit %d (token %d) made permits of limits %v believed valid at once by %d owners",
+					name, e.g.W, permitLimitOf(e.g), e.g.Tok, limits, len(active))
+			}
+			if used > limit {
+				v.flag(chkPermits, e.g.W, "%s: worker %d's grant of %d (token %d) made %d permits believed valid at once by %d owners, of %d",
+					name, e.g.W, max(e.g.Weight, 1), e.g.Tok, used, len(active), limit)
 			}
 		}
 	}
+}
+
+func isPermit(name string) bool {
+	return strings.HasPrefix(name, permitPrefix) || strings.HasPrefix(name, rwPrefix) || strings.HasPrefix(name, liveSemPrefix)
+}
+
+// permitLimitOf is the limit g asked for: its own for a semaphore's permit (permitLimit when
+// it does not say), fencelock.RWReaders for a read-write lock's.
+func permitLimitOf(g nemEvent) int {
+	switch {
+	case strings.HasPrefix(g.Name, rwPrefix):
+		return fencelock.RWReaders
+	case g.Limit > 0:
+		return g.Limit
+	}
+	return permitLimit
+}
+
+// permitsInUse returns the permits the owners in active take, each owner once with the
+// greatest weight among its handles, and the limits their handles asked for, sorted.
+func permitsInUse(active map[string]map[[2]int64]nemEvent) (used int, limits []int) {
+	for _, hs := range active {
+		w := 0
+		for _, g := range hs {
+			w = max(w, g.Weight, 1)
+			if l := permitLimitOf(g); !slices.Contains(limits, l) {
+				limits = append(limits, l)
+			}
+		}
+		used += w
+	}
+	slices.Sort(limits)
+	return used, limits
 }
 
 // renewals describes the watchdog's renewals of g's lock up to its loss at lost, timed from

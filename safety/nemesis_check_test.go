@@ -31,6 +31,19 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 		e.Name, e.Weight = rwPrefix+"x", weight
 		return e
 	}
+	// owned is a permit's grant under a given owner and limit.
+	owned := func(w int, l int64, owner string, limit, start, ret, end int) nemEvent {
+		e := permit(w, l, start, ret, end)
+		e.Owner, e.Limit = owner, limit
+		return e
+	}
+	// live is a call on a live name; probe finds it held by owner at `at`.
+	live := func(w int, k, owner string, start, ret int) nemEvent {
+		return nemEvent{W: w, K: k, Op: "live", L: 0, Name: livePrefix + "x", Owner: owner, TTL: time.Second, Start: ms(start), Ret: ms(ret), Class: "ctx"}
+	}
+	probe := func(w int, owner string, at int) nemEvent {
+		return nemEvent{W: w, K: "probe", Name: livePrefix + "x", Start: ms(at), Ret: ms(at + 2), Holders: []nemHolder{{Owner: owner, Tok: 7}}}
+	}
 	call := func(w int, start, ret, dl int) nemEvent {
 		return nemEvent{W: w, K: "call", Op: "release", Name: "x", Start: ms(start), Ret: ms(ret), Dl: ms(dl)}
 	}
@@ -57,6 +70,9 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 		{chkCall, // a stall of the worker process counts like a pause, but once where they overlap
 			nemesisHistory{Events: []nemEvent{call(0, 0, 400, 200), {W: 0, K: "stall", Start: ms(110), Ret: ms(170)}}, Pauses: map[int][]interval{0: {{ms(100), ms(160)}}}},
 			nemesisHistory{Events: []nemEvent{call(0, 0, 400, 200), {W: 0, K: "stall", Start: ms(150), Ret: ms(210)}}, Pauses: map[int][]interval{0: {{ms(100), ms(160)}}}}},
+		{chkCall, // a deadline that passed while the worker was stopped before the call began
+			nemesisHistory{Events: []nemEvent{call(0, 500, 520, 200)}, Pauses: map[int][]interval{0: {{ms(480), ms(505)}}}},
+			nemesisHistory{Events: []nemEvent{call(0, 500, 520, 200)}, Pauses: map[int][]interval{0: {{ms(150), ms(505)}}}}},
 		{chkLeak,
 			nemesisHistory{Events: []nemEvent{{W: 2, K: "leak", Err: "found unexpected goroutines"}}},
 			nemesisHistory{}},
@@ -86,6 +102,49 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 		{chkPermits, // a writer believed valid beside a reader
 			nemesisHistory{Backend: "etcd", Events: []nemEvent{rw(0, 1, 0, 10, 500, 1), rw(1, 2, 5, 20, 500, 1), rw(2, 3, 30, 40, 600, fencelock.RWReaders)}},
 			nemesisHistory{Backend: "etcd", Events: []nemEvent{rw(0, 1, 0, 10, 35, 1), rw(1, 2, 5, 20, 38, 1), rw(2, 3, 30, 40, 600, fencelock.RWReaders)}}},
+		{chkOrder, // a permit's grant that entered its owner's permit again keeps that permit's older token
+			nemesisHistory{Backend: "redis", Events: []nemEvent{owned(0, 5, "a", 2, 0, 10, 500), owned(1, 6, "b", 2, 20, 30, 500), owned(0, 5, "a", 2, 40, 50, 500)}},
+			nemesisHistory{Backend: "redis", Events: []nemEvent{owned(0, 5, "a", 2, 0, 10, 500), owned(1, 6, "b", 2, 20, 30, 500),
+				func() nemEvent { e := owned(0, 5, "a", 2, 40, 50, 500); e.L, e.Count = 7, 2; return e }()}}},
+		{chkPermits, // a holder believes no longer once it called Release, though its Done is reported later
+			nemesisHistory{Backend: "redis", Events: []nemEvent{owned(0, 1, "a", 2, 0, 10, 500), owned(1, 2, "b", 2, 5, 20, 500), owned(2, 3, "c", 2, 30, 40, 500)}},
+			nemesisHistory{Backend: "redis", Events: []nemEvent{owned(0, 1, "a", 2, 0, 10, 500), owned(1, 2, "b", 2, 5, 20, 500), owned(2, 3, "c", 2, 30, 40, 500),
+				{W: 0, K: "call", Op: "release", L: 1, Name: permitPrefix + "x", Start: ms(35), Ret: ms(45)}}}},
+		{chkPermits, // nor once its worker closed the Client
+			nemesisHistory{Backend: "zk", Events: []nemEvent{owned(0, 1, "a", 1, 0, 10, 500), owned(1, 2, "b", 1, 30, 40, 500)}},
+			nemesisHistory{Backend: "zk", Events: []nemEvent{owned(0, 1, "a", 1, 0, 10, 500), owned(1, 2, "b", 1, 30, 40, 500),
+				{W: 0, K: "close", Start: ms(35), Ret: ms(45)}}}},
+		{chkPermits, // two handles of one owner are one permit: counted per handle, three of two
+			nemesisHistory{Backend: "redis", Events: []nemEvent{owned(0, 1, "a", 2, 0, 10, 500), owned(0, 2, "b", 2, 5, 20, 500), owned(1, 3, "c", 2, 30, 40, 500)}},
+			nemesisHistory{Backend: "redis", Events: []nemEvent{owned(0, 1, "a", 2, 0, 10, 500), owned(0, 2, "a", 2, 5, 20, 500), owned(1, 3, "c", 2, 30, 40, 500)}}},
+		{chkPermits, // the count is held to the smallest limit among the holders
+			nemesisHistory{Backend: "etcd", Events: []nemEvent{owned(0, 1, "a", 3, 0, 10, 500), owned(1, 2, "b", 3, 5, 20, 500), owned(2, 3, "c", 2, 30, 40, 500)}},
+			nemesisHistory{Backend: "etcd", Events: []nemEvent{owned(0, 1, "a", 3, 0, 10, 500), owned(1, 2, "b", 3, 5, 20, 500), owned(2, 3, "c", 3, 30, 40, 500)}}},
+		{chkLimits, // permits of limits 2 and 3 believed valid at once
+			nemesisHistory{Backend: "etcd", Events: []nemEvent{owned(0, 1, "a", 2, 0, 10, 500), owned(1, 2, "b", 3, 30, 40, 500)}},
+			nemesisHistory{Backend: "etcd", Events: []nemEvent{owned(0, 1, "a", 2, 0, 10, 35), owned(1, 2, "b", 3, 30, 40, 500)}}},
+		{chkHeldForNone, // held by a call's owner 5 s after the call returned, nothing near
+			nemesisHistory{Backend: "etcd", Events: []nemEvent{live(0, "fail", "z", 0, 3), probe(1, "z", 5000)}},
+			nemesisHistory{Backend: "etcd", Events: []nemEvent{live(0, "fail", "z", 0, 3), probe(1, "z", 5000), probe(1, "y", 5000), live(0, "fail", "z", 4990, 5010)},
+				Pauses: map[int][]interval{0: {{ms(100), ms(200)}}}}},
+		{chkHeldForNone, // the time the owner's worker was stopped does not count
+			nemesisHistory{Backend: "etcd", Events: []nemEvent{live(0, "fail", "z", 0, 3), probe(1, "z", 9000)}, Pauses: map[int][]interval{0: {{ms(1000), ms(4000)}}}},
+			nemesisHistory{Backend: "etcd", Events: []nemEvent{live(0, "fail", "z", 0, 3), probe(1, "z", 7000)}, Pauses: map[int][]interval{0: {{ms(1000), ms(4000)}}}}},
+		{chkHeldForNone, // a server fault starts the count again at its end; another worker's link fault does not
+			nemesisHistory{Backend: "zk", Events: []nemEvent{live(0, "fail", "z", 0, 3), probe(1, "z", 9000)},
+				Faults: []faultRecord{{Kind: "pause-server", From: ms(1000), To: ms(4000), Worker: -1}, {Kind: "cut", From: ms(1000), To: ms(6000), Worker: 2}}},
+			nemesisHistory{Backend: "zk", Events: []nemEvent{live(0, "fail", "z", 0, 3), probe(1, "z", 7000)},
+				Faults: []faultRecord{{Kind: "pause-server", From: ms(1000), To: ms(4000), Worker: -1}}}},
+		{chkHeldForNone, // a handle is excused until its last event, and a Close of its worker that it was open for
+			nemesisHistory{Backend: "zk", Events: []nemEvent{{W: 0, K: "grant", Op: "live", L: 1, Name: livePrefix + "x", Owner: "h", Tok: 7, TTL: time.Second, Start: 0, Ret: ms(5)},
+				{W: 0, K: "done", L: 1, Name: livePrefix + "x", Owner: "h", Tok: 7, Ret: ms(100)}, {W: 0, K: "close", Start: ms(100), Ret: ms(200)}, probe(1, "h", 5000)}},
+			nemesisHistory{Backend: "zk", Events: []nemEvent{{W: 0, K: "grant", Op: "live", L: 1, Name: livePrefix + "x", Owner: "h", Tok: 7, TTL: time.Second, Start: 0, Ret: ms(5)},
+				{W: 0, K: "done", L: 1, Name: livePrefix + "x", Owner: "h", Tok: 7, Ret: ms(100)}, {W: 0, K: "close", Start: ms(100), Ret: ms(2000)}, probe(1, "h", 5000)}}},
+		{chkInvalid,
+			nemesisHistory{Backend: "redis", Events: []nemEvent{{W: 0, K: "fail", Op: "try", Name: "x", TTL: time.Second, Class: "invalid", Err: "fencelock: invalid argument: Redis refused: OOM command not allowed"}}},
+			nemesisHistory{Backend: "redis", Events: []nemEvent{{W: 0, K: "fail", Op: "try", Name: "x", TTL: 9 * time.Millisecond, Class: "invalid", Bad: true},
+				{W: 0, K: "fail", Op: "permit", Name: permitPrefix + "x", TTL: time.Second, Class: "limit"},
+				{W: 0, K: "call", Op: "refresh", Name: "x", TTL: 25 * time.Millisecond, Class: "invalid", Err: "fencelock: invalid argument: renewal interval 5ms is too long for TTL 10ms"}}}},
 		{chkValidity,
 			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(975)}}},
 			nemesisHistory{Backend: "redlock", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(5), Valid: ms(988)}}}},

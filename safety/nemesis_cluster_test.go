@@ -3,6 +3,7 @@ package safety
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func (c *nemesisCluster) can(kind string) bool {
 	switch kind {
 	case "pause-server":
 		return c.pause != nil
-	case "delete-key":
+	case "delete-key", "oom":
 		return c.direct != nil
 	}
 	return true
@@ -135,6 +136,30 @@ func (c *nemesisCluster) deleteKey(name string, i int, all bool) error {
 		}
 	}
 	return err
+}
+
+// oom makes Redis server i refuse writes for want of memory, as a full server under
+// noeviction (the policy fencelock doctor recommends) does: maxmemory set below what it uses;
+// with on false, it lifts the limit again.
+func (c *nemesisCluster) oom(i int, on bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	d := c.direct[i]
+	if !on {
+		return d.ConfigSet(ctx, "maxmemory", "0").Err()
+	}
+	if err := d.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		return err
+	}
+	info, err := d.InfoMap(ctx, "memory").Result()
+	if err != nil {
+		return err
+	}
+	used, err := strconv.ParseInt(info["Memory"]["used_memory"], 10, 64)
+	if err != nil {
+		return fmt.Errorf("server %d: used_memory: %w", i, err)
+	}
+	return d.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used/2, 10)).Err()
 }
 
 // keysWithoutTTL scans every Redis server for keys that never expire.

@@ -17,8 +17,8 @@ import (
 // the wall clock (Unix ns), which every process on the machine shares.
 type nemEvent struct {
 	W     int           `json:"w"`            // worker
-	K     string        `json:"k"`            // kind: grant, fail, call, write, done, state, leak, renew
-	Op    string        `json:"op,omitempty"` // obtain, try, burst, reenter, refresh, release
+	K     string        `json:"k"`            // kind: grant, fail, call, write, done, state, leak, renew, stall, close, probe, cleanup
+	Op    string        `json:"op,omitempty"` // obtain, try, burst, reenter, refresh, release, permit, permit-try, permit-burst, permit-fill, permit-mixed, campaign, lead, live, live-try
 	L     int64         `json:"l,omitempty"`  // the lock handle, unique within the worker
 	Name  string        `json:"n,omitempty"`
 	Owner string        `json:"o,omitempty"`
@@ -40,14 +40,32 @@ type nemEvent struct {
 	// Weight is, for a grant of a permit, how many permits it takes (0 for 1); an RWLock's
 	// write lock takes fencelock.RWReaders.
 	Weight int `json:"wt,omitempty"`
+	// Limit is, for a grant or a failure of a semaphore's permit, the limit the call asked for.
+	Limit int `json:"lim,omitempty"`
+	// Bad says the call's arguments were invalid on purpose (a TTL below MinTTL, a renewal
+	// interval that does not fit the TTL): it must fail with ErrInvalid, and only such a call may.
+	Bad bool `json:"bad,omitempty"`
+	// Holders is, for a probe, who Inspect said holds the name: each holder's owner and token.
+	Holders []nemHolder `json:"hs,omitempty"`
+}
+
+// nemHolder is one holder of a name as the store reported it.
+type nemHolder struct {
+	Owner string `json:"o"`
+	Tok   int64  `json:"t,omitempty"`
 }
 
 // errClass names what an error means to the checkers.
 func errClass(err error) string {
 	var held *fencelock.HeldError
+	var limit *fencelock.LimitError
 	switch {
 	case err == nil:
 		return "ok"
+	case errors.As(err, &limit):
+		return "limit" // a caller that disagrees on a semaphore's limit: refused by design
+	case errors.Is(err, fencelock.ErrUpgrade):
+		return "upgrade"
 	case errors.Is(err, fencelock.ErrInvalid):
 		return "invalid"
 	case errors.Is(err, fencelock.ErrClosed):

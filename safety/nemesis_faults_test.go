@@ -87,6 +87,24 @@ func (h *nemesisHarness) fault(f faultPlan) {
 		p.SetDelay(0)
 		p.Restore()
 		h.note(faultRecord{Kind: f.Kind, From: from.UnixNano(), To: time.Now().UnixNano(), Worker: w, Server: s})
+	case "oom":
+		target := fmt.Sprintf("server %d", s)
+		if !h.claim(target) {
+			return
+		}
+		defer h.unclaim(target)
+		from := time.Now()
+		if h.c.oom(s, true) != nil {
+			_ = h.c.oom(s, false)
+			return
+		}
+		time.Sleep(f.D)
+		for range 5 { // a server left full would fail the rest of the run
+			if h.c.oom(s, false) == nil {
+				break
+			}
+		}
+		h.note(faultRecord{Kind: f.Kind, From: from.UnixNano(), To: time.Now().UnixNano(), Worker: -1, Server: s})
 	case "delete-key":
 		name := h.names[f.Target%len(h.names)]
 		// One server in three deletions, or all of them (with the line and fence counter).
@@ -103,8 +121,8 @@ func (h *nemesisHarness) fault(f faultPlan) {
 }
 
 // pauseWorker stops a worker with SIGSTOP for f.D: one found in the state f.Class asks for
-// (waiting in Obtain, holding, releasing) when there is one, else any; for holding, one that
-// holds a lock under a shared owner first.
+// (waiting in Obtain, holding, releasing, leading under Election.Lead) when there is one, else
+// any; for holding, one that holds a lock under a shared owner first.
 func (h *nemesisHarness) pauseWorker(f faultPlan) {
 	h.mu.Lock()
 	var shared, in, all []int
@@ -117,7 +135,7 @@ func (h *nemesisHarness) pauseWorker(f faultPlan) {
 			shared = append(shared, w)
 		}
 		for _, st := range states {
-			if st == f.Class || f.Class == "holding" && st == "holding-shared" {
+			if st == f.Class || f.Class == "holding" && (st == "holding-shared" || st == "leading") {
 				in = append(in, w)
 				break
 			}

@@ -74,10 +74,11 @@ func runNemesis(t *testing.T, c *nemesisCluster, r nemesisRun) *nemesisHistory {
 		}
 	}
 	var faults []faultPlan
-	if r.Faults != nil {
-		faults = r.Faults(rand.New(rand.NewPCG(seeds.Uint64(), 1)), r.Duration)
+	if fseed := seeds.Uint64(); r.Faults != nil {
+		faults = r.Faults(rand.New(rand.NewPCG(fseed, 1)), r.Duration)
 	} else {
-		faults = planFaults(rand.New(rand.NewPCG(seeds.Uint64(), 1)), r.Duration, c.can)
+		faults = planFaults(rand.New(rand.NewPCG(fseed, 1)), r.Duration, c.can)
+		faults = planMore(faults, rand.New(rand.NewPCG(fseed, 2)), r.Duration, c.can("oom"))
 	}
 	groups := []string{fmt.Sprintf("group-%d-a", r.Seed), fmt.Sprintf("group-%d-b", r.Seed)}
 
@@ -90,7 +91,7 @@ func runNemesis(t *testing.T, c *nemesisCluster, r nemesisRun) *nemesisHistory {
 			addrs = append(addrs, p.Addr)
 		}
 		cfg := nemesisWorkerConfig{ID: w, Seed: seeds.Uint64(), Backend: c.kind, Client: c.client, Addrs: addrs, Session: c.session, Store: url,
-			Names: h.names, Groups: groups, Threads: r.Threads, Permits: c.permits(), Elections: true, Until: until.UnixNano(), MinTTL: c.minTTL, MaxTTL: c.maxTTL, Broken: r.Broken[w]}
+			Names: h.names, Groups: groups, Threads: r.Threads, Permits: c.permits(), Elections: true, Live: true, Until: until.UnixNano(), MinTTL: c.minTTL, MaxTTL: c.maxTTL, Broken: r.Broken[w]}
 		if err := h.spawn(&workers, cfg); err != nil {
 			t.Fatal(err)
 		}

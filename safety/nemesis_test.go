@@ -116,6 +116,8 @@ func runNemesisChecked(t *testing.T, backend string, c *nemesisCluster, r nemesi
 	v := h.check()
 	t.Logf("seed %d: %d grants (%d of them permits, %d terms), %d calls, %d writes (%d refused), %d locks lost, %d faults, %d believed-valid overlaps after a data loss, %d stalls of a worker process outside its SIGSTOPs (longest %v, counted as pauses)",
 		r.Seed, v.Grants, v.Permits, v.Terms, v.Calls, v.Writes, v.Refused, v.Lost, v.Faults, v.Named, v.Stalls, v.LongestStall.Round(time.Millisecond))
+	t.Logf("seed %d: %d Clients closed while holding; %d probes found a live name held: %d holders excused, %d named by no event",
+		r.Seed, v.Closes, v.Probes, v.Excused, v.Unnamed)
 	for _, u := range h.Upstream {
 		t.Logf("seed %d: %s (named in docs/SAFETY.md)", r.Seed, u)
 	}
@@ -170,6 +172,26 @@ func TestNemesisCheckersFire(t *testing.T) {
 		} else {
 			t.Logf("%s fired for the broken worker %d: %d findings, e.g. %s", want.checker, want.worker, v.Found[want.checker], v.Samples[want.checker][0])
 		}
+	}
+}
+
+// The checkers again, on a history FENCELOCK_NEMESIS_DUMP wrote (FENCELOCK_NEMESIS_HISTORY
+// names it): to read a failure with a checker changed, without the run.
+func TestNemesisHistory(t *testing.T) {
+	path := os.Getenv("FENCELOCK_NEMESIS_HISTORY")
+	if path == "" {
+		t.Skip("FENCELOCK_NEMESIS_HISTORY names no history")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h nemesisHistory
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	if f := h.check().failures(true); len(f) > 0 {
+		t.Errorf("%s:\n  %s", path, strings.Join(f, "\n  "))
 	}
 }
 

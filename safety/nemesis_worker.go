@@ -50,10 +50,15 @@ type nemesisWorkerConfig struct {
 	// Elections adds a thread that campaigns in elections (named electPrefix + a lock name),
 	// writes to the fenced store with its term while it leads, and resigns, on a random stream
 	// of its own too.
-	Elections bool          `json:"elections,omitempty"`
-	Until     int64         `json:"until"` // Unix ns: no operation starts after it
-	MinTTL    time.Duration `json:"min_ttl"`
-	MaxTTL    time.Duration `json:"max_ttl"`
+	Elections bool `json:"elections,omitempty"`
+	// Live adds a thread that takes locks and permits of the names livePrefix and
+	// liveSemPrefix + a lock name with short TTLs and contexts that end within milliseconds,
+	// asks who holds them, and now and then closes the worker's Client while it holds one (see
+	// liveThread), on a random stream of its own.
+	Live   bool          `json:"live,omitempty"`
+	Until  int64         `json:"until"` // Unix ns: no operation starts after it
+	MinTTL time.Duration `json:"min_ttl"`
+	MaxTTL time.Duration `json:"max_ttl"`
 	// Broken makes the worker misbehave on purpose, to show that the checkers fire: a
 	// comma-separated list of the modes in brokenModes.
 	Broken string `json:"broken,omitempty"`
@@ -75,7 +80,9 @@ var brokenModes = map[string]string{
 type nemesisWorker struct {
 	cfg    nemesisWorkerConfig
 	broken map[string]bool
-	locker *fencelock.Client
+	// locker is the Client every thread calls; liveThread closes it now and then and puts a
+	// new one on the same Backend in its place (reopen).
+	locker atomic.Pointer[fencelock.Client]
 	b      *nemesisBackend
 	out    *eventOut
 	hc     *http.Client
@@ -104,23 +111,12 @@ func runNemesisWorker(raw string) int {
 		return 2
 	}
 	w.b = b
-	// The watchdog's renewals go in the history, so that a finding about a lost lock shows
-	// what its renewals met.
-	opts := []fencelock.ClientOption{fencelock.WithObserver(func(e fencelock.Event) {
-		if e.Kind != fencelock.EventRenewed && e.Kind != fencelock.EventRenewFailed {
-			return
-		}
-		ret := time.Now()
-		w.out.emit(nemEvent{K: "renew", Name: e.Name, Tok: e.Token, Start: ret.Add(-e.Duration).UnixNano(), Ret: ret.UnixNano(), Class: errClass(e.Err), Err: errText(e.Err)})
-	})}
-	if w.broken["skew-clock"] {
-		opts = append(opts, fencelock.WithClock(func() time.Time { return time.Now().Add(-20 * time.Millisecond) }))
-	}
-	w.locker = fencelock.New(b.backend, opts...)
+	w.locker.Store(w.newClient())
 	w.misbehave()
 
 	var wg sync.WaitGroup
-	wg.Go(w.watchStalls)
+	stalls, quiet := make(chan struct{}), make(chan struct{})
+	go func() { defer close(stalls); w.watchStalls(quiet) }()
 	for th := range cfg.Threads {
 		wg.Go(func() { w.thread(th) })
 	}
@@ -130,15 +126,78 @@ func runNemesisWorker(raw string) int {
 	if cfg.Elections {
 		wg.Go(func() { w.electThread(cfg.Threads + 1) })
 	}
+	if cfg.Live {
+		wg.Go(func() { w.liveThread(cfg.Threads + 2) })
+	}
 	wg.Wait()
+	close(quiet)
+	<-stalls
 	w.watch.Wait()
-	_ = w.locker.Close()
+	_ = w.client().Close()
 	b.close()
 	w.hc.CloseIdleConnections()
 	if err := goleak.Find(base); err != nil {
 		w.out.emit(nemEvent{K: "leak", Err: oneLine(err.Error())})
 	}
 	return 0
+}
+
+// client returns the Client the threads call now.
+func (w *nemesisWorker) client() *fencelock.Client { return w.locker.Load() }
+
+// newClient makes a Client on the worker's Backend. Its observer puts the watchdog's renewals
+// in the history, so that a finding about a lost lock shows what its renewals met, and tells
+// each tagged call (tagCall) its owner and token.
+func (w *nemesisWorker) newClient() *fencelock.Client {
+	opts := []fencelock.ClientOption{fencelock.WithObserver(func(e fencelock.Event) {
+		switch e.Kind {
+		case fencelock.EventObtained, fencelock.EventNotObtained:
+			if t, ok := e.Context.Value(callTagKey{}).(*callTag); ok {
+				t.set(e.Owner, e.Token, time.Now().Add(-e.Duration))
+			}
+		case fencelock.EventCleanup:
+			// What an acquisition that was not handed out may have left, or a release not
+			// confirmed in time, under this owner: undone (or not) by now.
+			w.out.emit(nemEvent{K: "cleanup", Name: e.Name, Owner: e.Owner, Tok: e.Token, Ret: time.Now().UnixNano(), Class: errClass(e.Err), Err: errText(e.Err)})
+		case fencelock.EventRenewed, fencelock.EventRenewFailed:
+			ret := time.Now()
+			w.out.emit(nemEvent{K: "renew", Name: e.Name, Tok: e.Token, Start: ret.Add(-e.Duration).UnixNano(), Ret: ret.UnixNano(), Class: errClass(e.Err), Err: errText(e.Err)})
+		}
+	})}
+	if w.broken["skew-clock"] {
+		opts = append(opts, fencelock.WithClock(func() time.Time { return time.Now().Add(-20 * time.Millisecond) }))
+	}
+	return fencelock.New(w.b.backend, opts...)
+}
+
+// callTag is what the observer tells of the last Obtain, TryObtain or Campaign made under a
+// context tagged with it: the owner it went under (also for a call that failed, which
+// leaves nothing else to name what it may have left in the store), the token and the start.
+type callTag struct {
+	mu    sync.Mutex
+	owner string
+	tok   int64
+	start time.Time
+}
+
+type callTagKey struct{}
+
+// tagCall returns ctx tagged with a new callTag.
+func tagCall(ctx context.Context) (context.Context, *callTag) {
+	t := &callTag{}
+	return context.WithValue(ctx, callTagKey{}, t), t
+}
+
+func (t *callTag) set(owner string, tok int64, start time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.owner, t.tok, t.start = owner, tok, start
+}
+
+func (t *callTag) get() (owner string, tok int64, start time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.owner, t.tok, t.start
 }
 
 // misbehave starts the broken modes that act once, at the start.
@@ -180,11 +239,11 @@ func (w *nemesisWorker) misbehave() {
 // waiting at most wait for it, does fn with it, and releases it.
 func (w *nemesisWorker) prologue(op, name string, ttl, wait time.Duration, fn func(*fencelock.Lock, int64)) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(wait, time.Second))
-	lock, h := w.obtain(ctx, op, name, ttl, true, func(ctx context.Context) (*fencelock.Lock, error) {
+	lock, h := w.obtain(ctx, grantOf{Op: op, Name: name, TTL: ttl, Watchdog: true}, func(ctx context.Context) (*fencelock.Lock, error) {
 		if op == "try" {
-			return w.locker.TryObtain(ctx, name, fencelock.WithTTL(ttl))
+			return w.client().TryObtain(ctx, name, fencelock.WithTTL(ttl))
 		}
-		return w.locker.Obtain(ctx, name, fencelock.WithTTL(ttl))
+		return w.client().Obtain(ctx, name, fencelock.WithTTL(ttl))
 	})
 	cancel()
 	if lock == nil {
@@ -200,8 +259,10 @@ func (w *nemesisWorker) prologue(op, name string, ttl, wait time.Duration, fn fu
 func (w *nemesisWorker) thread(th int) {
 	owners := append([]string{fmt.Sprintf("w%d-shared", w.cfg.ID)}, w.cfg.Groups...)
 	p := &planner{r: rand.New(rand.NewPCG(w.cfg.Seed, uint64(th))), names: w.cfg.Names, owners: owners, minTTL: w.cfg.MinTTL, maxTTL: w.cfg.MaxTTL}
+	short := rand.New(rand.NewPCG(w.cfg.Seed, uint64(100+th))) // see shortWait
 	for time.Now().Before(w.until) {
 		s := p.next()
+		s.Wait = shortWait(short, s.Wait)
 		if s.Op != "burst" {
 			w.step(th, s)
 			continue
@@ -217,112 +278,28 @@ func (w *nemesisWorker) thread(th int) {
 	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
 }
 
-// permitPrefix starts the names of the semaphores of the permit thread, and rwPrefix those of
-// its read-write locks, so that the checkers tell them from locks.
-const (
-	permitPrefix = "sem:"
-	rwPrefix     = "rw:"
-)
-
-// permitThread takes permits of the semaphores permitPrefix + a lock name, of limit
-// cfg.Permits, and read or write locks of the read-write locks rwPrefix + a lock name, holds
-// them while it idles and refreshes, and releases them, until the run ends.
-func (w *nemesisWorker) permitThread(th int) {
-	r := rand.New(rand.NewPCG(w.cfg.Seed, 1000))
-	p := &planner{r: r, names: w.cfg.Names, minTTL: w.cfg.MinTTL, maxTTL: w.cfg.MaxTTL}
-	for time.Now().Before(w.until) {
-		name := p.names[r.IntN(len(p.names))]
-		s := stepPlan{Name: permitPrefix + name, TTL: drawTTL(r, p.minTTL, p.maxTTL), Watchdog: r.IntN(5) != 0, Op: "permit"}
-		if r.IntN(3) == 0 {
-			s.Op = "permit-try"
-		}
-		// Half the steps take a read-write lock instead: a write lock one time in three.
-		weight, rw := 1, r.IntN(2) == 0
-		if rw {
-			s.Name = rwPrefix + name
-			if r.IntN(3) == 0 {
-				weight = fencelock.RWReaders
-			}
-		}
-		s.Wait = time.Duration(20+r.IntN(3000)) * time.Millisecond
-		s.Release = time.Duration(50+r.IntN(2000)) * time.Millisecond
-		for range 1 + r.IntN(4) {
-			a := p.action(s.TTL)
-			if a.Kind != "idle" && a.Kind != "refresh" {
-				a = action{Kind: "idle", D: a.D} // a permit guards no fenced write, and is not re-entered
-			}
-			s.Actions = append(s.Actions, a)
-		}
-		w.out.emit(nemEvent{K: "state", Th: th, State: "waiting"})
-		ctx, cancel := context.WithTimeout(context.Background(), s.Wait)
-		sem, rwl := w.locker.Semaphore(s.Name, w.cfg.Permits), w.locker.RWLock(s.Name)
-		lock, h := w.obtainWeighted(ctx, s.Op, s.Name, s.TTL, s.Watchdog, weight, func(ctx context.Context) (*fencelock.Lock, error) {
-			opts := []fencelock.Option{fencelock.WithTTL(s.TTL), fencelock.WithWatchdog(s.Watchdog)}
-			try := s.Op == "permit-try"
-			switch {
-			case rw && weight > 1 && try:
-				return rwl.TryLock(ctx, opts...)
-			case rw && weight > 1:
-				return rwl.Lock(ctx, opts...)
-			case rw && try:
-				return rwl.TryRLock(ctx, opts...)
-			case rw:
-				return rwl.RLock(ctx, opts...)
-			case try:
-				return sem.TryAcquire(ctx, opts...)
-			}
-			return sem.Acquire(ctx, opts...)
-		})
-		cancel()
-		if lock == nil {
-			w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
-			continue
-		}
-		w.hold(th, lock, h, s, "holding")
+// shortWait returns, one time in six, a wait of 0 to 5 ms instead of wait: a context that ends
+// while the call's request is on its way or its reply on the way back, as a caller under a
+// request's deadline has. It draws on a stream of its own (r), so that the draws of the
+// thread's planner, and the schedules old seeds replay, stay as they were.
+func shortWait(r *rand.Rand, wait time.Duration) time.Duration {
+	if r.IntN(6) == 0 {
+		return time.Duration(r.IntN(6)) * time.Millisecond
 	}
-	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
+	return wait
 }
 
-// electPrefix starts the names of the elections of the election thread. An election is the
-// lock of its name, and a term its token, so the lock checkers watch its leaders as they watch
-// locks: one leader believed valid at a time, terms that grow, no old term's write accepted.
-const electPrefix = "elect:"
-
-// electThread campaigns in the elections electPrefix + a lock name, and while it leads idles,
-// refreshes and writes to the fenced store stamped with the term, then resigns, until the run
-// ends.
-func (w *nemesisWorker) electThread(th int) {
-	r := rand.New(rand.NewPCG(w.cfg.Seed, 2000))
-	p := &planner{r: r, names: w.cfg.Names, minTTL: w.cfg.MinTTL, maxTTL: w.cfg.MaxTTL}
-	for time.Now().Before(w.until) {
-		s := stepPlan{Name: electPrefix + p.names[r.IntN(len(p.names))], TTL: drawTTL(r, p.minTTL, p.maxTTL), Watchdog: r.IntN(5) != 0, Op: "campaign"}
-		s.Wait = time.Duration(20+r.IntN(3000)) * time.Millisecond
-		s.Release = time.Duration(50+r.IntN(2000)) * time.Millisecond
-		for range 1 + r.IntN(4) {
-			a := p.action(s.TTL)
-			if a.Kind == "reenter" {
-				a = action{Kind: "write"} // a Campaign from a leader's context is another contender
-			}
-			s.Actions = append(s.Actions, a)
-		}
-		w.out.emit(nemEvent{K: "state", Th: th, State: "waiting"})
-		ctx, cancel := context.WithTimeout(context.Background(), s.Wait)
-		e := w.locker.Election(s.Name, fencelock.WithTTL(s.TTL), fencelock.WithWatchdog(s.Watchdog))
-		lock, h := w.obtain(ctx, s.Op, s.Name, s.TTL, s.Watchdog, func(ctx context.Context) (*fencelock.Lock, error) {
-			l, err := e.Campaign(ctx, fmt.Sprintf("worker %d", w.cfg.ID))
-			if err != nil {
-				return nil, err
-			}
-			return l.Lock(), nil
-		})
-		cancel()
-		if lock == nil {
-			w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
-			continue
-		}
-		w.hold(th, lock, h, s, "holding") // its release is Resign
+// badArgs reports whether a call with this TTL and renewal interval (0 for the default) is
+// invalid, as the contract says (WithTTL, WithRenewInterval): it must then fail with
+// ErrInvalid, and a call that is not must not (checker l).
+func badArgs(ttl, renew time.Duration) bool {
+	if ttl < fencelock.MinTTL || ttl%time.Millisecond != 0 {
+		return true
 	}
-	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
+	if renew == 0 {
+		return false
+	}
+	return renew > (ttl-drift(ttl))/2 || renew < max(ttl/100, fencelock.MinRenewInterval)
 }
 
 func (w *nemesisWorker) options(s stepPlan, ttl time.Duration) []fencelock.Option {
@@ -341,11 +318,12 @@ func (w *nemesisWorker) step(th int, s stepPlan) {
 	}
 	w.out.emit(nemEvent{K: "state", Th: th, State: "waiting"})
 	ctx, cancel := context.WithTimeout(context.Background(), s.Wait)
-	lock, h := w.obtain(ctx, s.Op, s.Name, s.TTL, s.Watchdog, func(ctx context.Context) (*fencelock.Lock, error) {
+	g := grantOf{Op: s.Op, Name: s.Name, TTL: s.TTL, Watchdog: s.Watchdog, Bad: badArgs(s.TTL, s.Renew)}
+	lock, h := w.obtain(ctx, g, func(ctx context.Context) (*fencelock.Lock, error) {
 		if s.Op == "try" {
-			return w.locker.TryObtain(ctx, s.Name, opts...)
+			return w.client().TryObtain(ctx, s.Name, opts...)
 		}
-		return w.locker.Obtain(ctx, s.Name, opts...)
+		return w.client().Obtain(ctx, s.Name, opts...)
 	})
 	cancel()
 	if lock == nil {
@@ -387,12 +365,20 @@ func (w *nemesisWorker) act(lock *fencelock.Lock, h int64, s stepPlan, a action)
 		ret := time.Now()
 		dl, _ := ctx.Deadline()
 		cancel()
+		// The hold's renewal interval is the one its first grant asked for: this step's, unless
+		// another call of a shared owner made the hold (checker l allows for that).
 		w.out.emit(w.reported(nemEvent{K: "call", Op: "refresh", L: h, Name: s.Name, Owner: lock.Owner(), Tok: lock.Token(), TTL: a.TTL,
-			Start: start.UnixNano(), Ret: ret.UnixNano(), Dl: dl.UnixNano(), Class: errClass(err), Err: errText(err), Valid: lock.ValidUntil().UnixNano()}))
+			Start: start.UnixNano(), Ret: ret.UnixNano(), Dl: dl.UnixNano(), Class: errClass(err), Err: errText(err), Valid: lock.ValidUntil().UnixNano(),
+			Bad: badArgs(a.TTL, s.Renew)}))
 	case "reenter":
 		ctx, cancel := context.WithTimeout(lock.Context(), a.D)
-		inner, ih := w.obtain(ctx, "reenter", s.Name, a.TTL, s.Watchdog, func(ctx context.Context) (*fencelock.Lock, error) {
-			return w.locker.Obtain(ctx, s.Name, w.options(s, a.TTL)...)
+		renew := time.Duration(0)
+		if a.TTL == s.TTL {
+			renew = s.Renew // see options
+		}
+		g := grantOf{Op: "reenter", Name: s.Name, TTL: a.TTL, Watchdog: s.Watchdog, Bad: badArgs(a.TTL, renew)}
+		inner, ih := w.obtain(ctx, g, func(ctx context.Context) (*fencelock.Lock, error) {
+			return w.client().Obtain(ctx, s.Name, w.options(s, a.TTL)...)
 		})
 		cancel()
 		if inner != nil {
@@ -402,28 +388,44 @@ func (w *nemesisWorker) act(lock *fencelock.Lock, h int64, s stepPlan, a action)
 	}
 }
 
-// obtain runs one acquisition and reports it; a granted lock gets a handle number and a
-// watcher of its Done channel.
-func (w *nemesisWorker) obtain(ctx context.Context, op, name string, ttl time.Duration, watchdog bool, call func(context.Context) (*fencelock.Lock, error)) (*fencelock.Lock, int64) {
-	return w.obtainWeighted(ctx, op, name, ttl, watchdog, 0, call)
+// grantOf is what an acquisition asks for, as its event reports it.
+type grantOf struct {
+	Op       string
+	Name     string
+	TTL      time.Duration
+	Watchdog bool
+	Weight   int  // a permit's weight: 0 or 1 for one, fencelock.RWReaders for a write lock
+	Limit    int  // a semaphore's limit; 0 for a lock or a read-write lock
+	Bad      bool // see badArgs
 }
 
-// obtainWeighted is obtain for a grant of weight permits.
-func (w *nemesisWorker) obtainWeighted(ctx context.Context, op, name string, ttl time.Duration, watchdog bool, weight int, call func(context.Context) (*fencelock.Lock, error)) (*fencelock.Lock, int64) {
+// obtain runs one acquisition and reports it, with the owner it went under even when it failed
+// (the observer tells it); a granted lock gets a handle number and a watcher of its Done
+// channel.
+func (w *nemesisWorker) obtain(ctx context.Context, g grantOf, call func(context.Context) (*fencelock.Lock, error)) (*fencelock.Lock, int64) {
+	lock, h, _ := w.obtainErr(ctx, g, call)
+	return lock, h
+}
+
+// obtainErr is obtain, with the call's error.
+func (w *nemesisWorker) obtainErr(ctx context.Context, g grantOf, call func(context.Context) (*fencelock.Lock, error)) (*fencelock.Lock, int64, error) {
+	ctx, tag := tagCall(ctx)
 	start := time.Now()
 	lock, err := call(ctx)
 	ret := time.Now()
 	dl, _ := ctx.Deadline()
-	e := nemEvent{K: "fail", Op: op, Name: name, TTL: ttl, Start: start.UnixNano(), Ret: ret.UnixNano(), Dl: dl.UnixNano(), Class: errClass(err), Err: errText(err)}
+	e := nemEvent{K: "fail", Op: g.Op, Name: g.Name, TTL: g.TTL, Start: start.UnixNano(), Ret: ret.UnixNano(), Dl: dl.UnixNano(), Class: errClass(err), Err: errText(err),
+		Limit: g.Limit, Bad: g.Bad}
 	if err != nil {
+		e.Owner, _, _ = tag.get()
 		w.out.emit(w.reported(e))
-		return nil, 0
+		return nil, 0, err
 	}
 	h := w.seq.Add(1)
 	e.K, e.L, e.Owner, e.Tok, e.Count, e.Valid = "grant", h, lock.Owner(), lock.Token(), lock.HoldCount(), lock.ValidUntil().UnixNano()
-	e.NoWatchdog = !watchdog
-	if weight > 1 {
-		e.Weight = weight
+	e.NoWatchdog = !g.Watchdog
+	if g.Weight > 1 {
+		e.Weight = g.Weight
 	}
 	if w.broken["fake-token"] {
 		e.Tok -= 1_000_000_000_000
@@ -431,10 +433,10 @@ func (w *nemesisWorker) obtainWeighted(ctx context.Context, op, name string, ttl
 	done := lock.Context().Done()
 	w.out.emit(w.reported(e))
 	w.watch.Go(func() { w.watchDone(lock, h, done) })
-	if w.broken["self-delete"] && ttl >= spuriousMinTTL && w.b.deleteOwn != nil {
-		w.b.deleteOwn(name)
+	if w.broken["self-delete"] && g.TTL >= spuriousMinTTL && w.b.deleteOwn != nil {
+		w.b.deleteOwn(g.Name)
 	}
-	return lock, h
+	return lock, h, nil
 }
 
 // reported applies the broken modes that misreport a call.
@@ -467,35 +469,43 @@ const (
 	stallMin  = 25 * time.Millisecond
 )
 
-// watchStalls records, until the run ends, the stretches in which this process ran none of its
+// watchStalls records, until quiet is closed (the threads' last calls, which may end after the
+// run's end, are over), the stretches in which this process ran none of its
 // goroutines: a timer due every stallTick that fires more than stallMin late. On a loaded
 // 2-core machine a race-instrumented process can be kept off the CPU (or stopped by its
 // collector) for a hundred milliseconds; the checkers count such a stall like a SIGSTOP of the
 // worker, which the library cannot see either. A goroutine of the library that blocks does not
 // delay this one: it is a stall of the process only.
-func (w *nemesisWorker) watchStalls() {
+func (w *nemesisWorker) watchStalls(quiet <-chan struct{}) {
 	t := time.NewTicker(stallTick)
 	defer t.Stop()
 	last := time.Now()
-	for range t.C {
+	for {
+		select {
+		case <-quiet:
+			return
+		case <-t.C:
+		}
 		now := time.Now() // not the tick's time: the delay before this goroutine ran counts
 		if late := now.Sub(last) - stallTick; late > stallMin {
 			w.out.emit(nemEvent{K: "stall", Start: last.Add(stallTick).UnixNano(), Ret: now.UnixNano()})
 		}
 		last = now
-		if now.After(w.until) {
-			return
-		}
 	}
 }
 
 // write makes a stamped write to the fenced store if the lock is valid right before it.
 func (w *nemesisWorker) write(lock *fencelock.Lock, h int64) {
+	w.writeIf(lock.Valid, lock.Name(), lock.Owner(), lock.Token(), h)
+}
+
+// writeIf makes a write to the fenced store stamped with tok if valid says yes right before it.
+func (w *nemesisWorker) writeIf(valid func() error, name, owner string, tok, h int64) {
 	t0 := time.Now()
-	if err := lock.Valid(); err != nil && !w.broken["ignore-valid"] {
+	if err := valid(); err != nil && !w.broken["ignore-valid"] {
 		return
 	}
-	req := nemWrite{Name: lock.Name(), Owner: lock.Owner(), Worker: w.cfg.ID, Token: lock.Token(), T0: t0.UnixNano(), Unfenced: w.broken["unfenced"]}
+	req := nemWrite{Name: name, Owner: owner, Worker: w.cfg.ID, Token: tok, T0: t0.UnixNano(), Unfenced: w.broken["unfenced"]}
 	var reply nemWriteReply
 	class := "refused"
 	if err := call(context.Background(), w.hc, w.cfg.Store+"/write", req, &reply); err != nil {
