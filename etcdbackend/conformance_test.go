@@ -43,7 +43,7 @@ func TestConformance(t *testing.T) {
 		fencelocktest.RunModel(t, target, fencelocktest.Model{Histories: 8, TTL: 2 * time.Second, Semaphores: true, Elections: true,
 			// A lock left to expire with the watchdog off stayed in etcd, on the Backend's
 			// lease, until its holder's Release: a Client now releases a hold its deadline ended.
-			Regressions: []uint64{950601036}})
+			Regressions: []uint64{104}})
 	})
 }
 

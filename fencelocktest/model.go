@@ -80,6 +80,8 @@ type history struct {
 	r      *rand.Rand
 	prefix string
 	expiry bool // some locks are left to expire, and the history waits for them: one in four
+	// expiring: the operation drawn last takes a lock left to expire; the next waits for it
+	expiring bool
 }
 
 type side struct {
@@ -129,7 +131,10 @@ func (h *history) draw(step int, live, locks []int) op {
 	if h.m.Elections {
 		kinds = append(kinds, "campaign", "leader")
 	}
-	if h.expiry && step > 0 && r.IntN(10) == 0 {
+	if h.expiring {
+		// Right after a lock left to expire was taken: with other operations between, one of
+		// them could land on one side before the expiry and on the other after it.
+		h.expiring = false
 		return op{kind: "expire"}
 	}
 	o.kind = kinds[r.IntN(len(kinds))]
@@ -156,7 +161,8 @@ func (h *history) draw(step int, live, locks []int) op {
 	case "campaign", "leader":
 		o.name, o.owner, o.client = h.prefix+"election", "", r.IntN(3)
 	}
-	o.shortTTL = h.expiry && r.IntN(3) == 0
+	o.shortTTL = h.expiry && r.IntN(8) == 0
+	h.expiring = o.shortTTL
 	return o
 }
 
