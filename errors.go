@@ -41,6 +41,10 @@ var (
 	// permit takes. It is refused at once, never waited for: two readers that both waited to
 	// upgrade would wait for each other forever. It matches ErrInvalid.
 	ErrUpgrade = fmt.Errorf("%w: no upgrade: a holder may not take more under its hold than it holds", ErrInvalid)
+
+	// ErrMaxHold means a lock was held for as long as WithMaxHold allows. The lock's context
+	// ends with an error that matches it, ErrLost and context.Canceled.
+	ErrMaxHold = errors.New("fencelock: held for the longest WithMaxHold allows")
 )
 
 // HeldError is returned by a backend's Acquire when another owner holds the lock. It matches

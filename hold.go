@@ -33,7 +33,9 @@ type hold struct {
 	vctx        context.Context // the context of the Obtain that made the hold, for the observer
 	obtained    time.Time
 	fixedEvery  time.Duration // the renewal interval the caller chose; 0 for TTL/3
-	expiry      *time.Timer   // fires at the deadline; set once, under mu (see newHold)
+	capAt       time.Time     // WithMaxHold's end, after which nothing extends the deadline; zero for none
+	maxHold     time.Duration
+	expiry      *time.Timer // fires at the deadline; set once, under mu (see newHold)
 
 	mu       sync.Mutex
 	phase    phase
@@ -70,6 +72,10 @@ func (c *Client) newHold(h *hold, r *request, token int64, sent, deadline time.T
 		// at the usual pace once that renewal gave it its whole TTL.
 		renewAt: sent.Add(min(s.every, validity/3)),
 	}
+	if s.maxHold > 0 {
+		h.capAt, h.maxHold = sent.Add(s.maxHold), s.maxHold
+		h.capDeadline()
+	}
 	if c.loss != nil && h.watchdog {
 		h.watchAt = sent.Add(watchLossAfter)
 	}
@@ -78,8 +84,30 @@ func (c *Client) newHold(h *hold, r *request, token int64, sent, deadline time.T
 	// passed meanwhile (the holder's process was stopped after the grant's check), or whenever
 	// the scheduler runs its goroutine first. expire takes mu, so it waits for the store.
 	h.mu.Lock()
-	h.expiry = afterFunc(deadline.Sub(c.now()), h.expire)
+	h.expiry = afterFunc(h.deadline.Sub(c.now()), h.expire)
 	h.mu.Unlock()
+}
+
+// capDeadline holds the deadline to the cap, if any, and stops renewals once the validity
+// reaches it: a renewal could extend only the store's TTL, past the cap. h.mu is held, or h
+// is not shared yet.
+func (h *hold) capDeadline() {
+	if h.capAt.IsZero() || h.deadline.Before(h.capAt) {
+		return
+	}
+	h.deadline, h.renewAt = h.capAt, never
+}
+
+// never is a renewal time that does not come.
+var never = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// ended is the reason of a hold that its deadline ended at now: the cap, or no confirmed
+// renewal in time.
+func (h *hold) ended(now time.Time) error {
+	if !h.capAt.IsZero() && !now.Before(h.capAt) {
+		return fmt.Errorf("%w: %v after its grant", ErrMaxHold, h.maxHold)
+	}
+	return fmt.Errorf("%w %v ago without a confirmed renewal", errDeadlinePassed, now.Sub(h.deadline))
 }
 
 // afterFunc is time.AfterFunc; a test makes its timers fire early.
@@ -134,7 +162,7 @@ func (h *hold) valid() error {
 	if cause != nil || now.Before(deadline) {
 		return cause
 	}
-	h.lose(fmt.Errorf("%w %v ago without a confirmed renewal", errDeadlinePassed, now.Sub(deadline)))
+	h.lose(h.ended(now))
 	return h.err()
 }
 
@@ -151,13 +179,16 @@ func (h *hold) expire() {
 		h.mu.Unlock()
 		return
 	}
-	late := now.Sub(h.deadline)
+	reason := h.ended(now)
 	h.mu.Unlock()
-	h.lose(fmt.Errorf("%w %v ago without a confirmed renewal", errDeadlinePassed, late))
+	h.lose(reason)
 }
 
-// setDeadline moves the deadline and its timer; h.mu is held.
+// setDeadline moves the deadline and its timer, never past the cap; h.mu is held.
 func (h *hold) setDeadline(d time.Time) {
+	if !h.capAt.IsZero() && d.After(h.capAt) {
+		d = h.capAt
+	}
 	h.deadline = d
 	h.expiry.Reset(max(d.Sub(h.c.now()), 0))
 }
@@ -212,6 +243,7 @@ func (h *hold) renewed(sent time.Time, ttl, validity time.Duration, refresh bool
 	}
 	h.setDeadline(sent.Add(v - drift(v)))
 	h.renewAt = sent.Add(min(h.every, v/3))
+	h.capDeadline()
 	return h.renewAt, true
 }
 
@@ -263,7 +295,7 @@ func (h *hold) loseHandles(reason error) []*lockContext {
 	if h.onLost != nil {
 		h.onLost(h.name, h.cause)
 	}
-	if errors.Is(reason, errDeadlinePassed) {
+	if errors.Is(reason, errDeadlinePassed) || errors.Is(reason, ErrMaxHold) {
 		// Trusted no more, but maybe still in the store: a store whose session keeps what it
 		// holds alive (etcd, ZooKeeper) keeps it as long as the Backend lives, whatever its
 		// TTL. Its holds are released, as a closing Client's are; on a store that times them

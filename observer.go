@@ -120,11 +120,13 @@ func (e Event) Outcome() string {
 
 // Cause names why a lock was lost (EventLost), for a metric's label: "deadline" (no renewal
 // confirmed before the validity deadline), "store" (the store no longer had it), "closed" (the
-// Client was closed) or "other".
+// Client was closed), "max_hold" (held as long as WithMaxHold allows) or "other".
 func (e Event) Cause() string {
 	switch {
 	case errors.Is(e.Err, ErrClosed):
 		return "closed"
+	case errors.Is(e.Err, ErrMaxHold):
+		return "max_hold"
 	case errors.Is(e.Err, errDeadlinePassed):
 		return "deadline"
 	case errors.Is(e.Err, ErrNotHeld):

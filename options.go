@@ -32,6 +32,7 @@ type settings struct {
 	fresh       bool // an owner of its own, never a context's lock re-entered (Campaign)
 	weight      int  // the permits a semaphore's Acquire takes; 0 for 1
 	reenter     bool // a permit may be re-entered through its context (RWLock)
+	maxHold     time.Duration
 }
 
 // WithWeight makes a semaphore's Acquire take n of its permits at once. Default: 1. A lock
@@ -84,6 +85,14 @@ func WithOnLost(fn func(name string, err error)) Option {
 // MaxMetadata bytes. Default: nothing is published.
 func WithMetadata(meta string) Option { return func(s *settings) { s.meta = meta } }
 
+// WithMaxHold caps how long a lock is held: d after its grant the watchdog has stopped
+// renewing it, its validity ends whatever a renewal or Refresh said, its context ends with a
+// cause that matches ErrLost and ErrMaxHold, and the Client releases it in the store. It is
+// for a holder that may hang (a deadlock in the job, a call with no timeout), which the
+// watchdog would otherwise keep renewing for as long as its process lives. The cap is the
+// first hold's: a re-entry under a lock already held keeps it. Default: no cap.
+func WithMaxHold(d time.Duration) Option { return func(s *settings) { s.maxHold = d } }
+
 // WithWaitTimeout bounds how long Obtain waits for the lock, apart from its context. Zero
 // makes Obtain behave like TryObtain. Default: wait until the context ends.
 func WithWaitTimeout(d time.Duration) Option {
@@ -114,6 +123,9 @@ func (s *settings) validate() error {
 	}
 	if s.waitTimeout < 0 {
 		return invalidf("wait timeout must not be negative, got %v", s.waitTimeout)
+	}
+	if s.maxHold < 0 {
+		return invalidf("max hold must not be negative, got %v", s.maxHold)
 	}
 	return nil
 }

@@ -464,3 +464,38 @@ func (s suite) semReentryUnderAnotherLimit(t *testing.T) {
 		t.Fatalf("the owner's re-entry under limit 2 while it holds a permit of 3: %v, want a *LimitError", err)
 	}
 }
+
+// WithMaxHold ends a lock its watchdog renews at the cap: its context ends with ErrMaxHold
+// and ErrLost, its validity never passed the cap, and the next contender gets the name.
+func (s suite) maxHold(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	c, other := s.client(t), s.client(t)
+	start := time.Now()
+	limit := 2 * s.TTL
+	lock, err := c.Obtain(ctx, name, fencelock.WithMaxHold(limit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := time.Now() // the cap counts from the grant's request, sent before this
+	defer lock.Release(ctx)
+	select {
+	case <-lock.Context().Done():
+	case <-ctx.Done():
+		t.Fatalf("the lock outlived its %v cap", limit)
+	}
+	if took := time.Since(start); took < limit-s.TTL/2 {
+		t.Fatalf("the lock ended %v after the call, before its %v cap", took, limit)
+	}
+	if until := lock.ValidUntil(); until.After(granted.Add(limit)) {
+		t.Fatalf("valid until %v after the grant returned, past the %v cap", until.Sub(granted), limit)
+	}
+	if cause := context.Cause(lock.Context()); !errors.Is(cause, fencelock.ErrMaxHold) || !errors.Is(cause, fencelock.ErrLost) {
+		t.Fatalf("the cause at the cap: %v, want ErrMaxHold and ErrLost", cause)
+	}
+	next, err := other.Obtain(ctx, name)
+	if err != nil {
+		t.Fatalf("the next contender, once the holder reached its cap: %v", err)
+	}
+	_ = next.Release(ctx)
+}

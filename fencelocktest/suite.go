@@ -65,6 +65,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("CloseReleases", s.closeReleases)
 	t.Run("ContextEndsInFlight", s.contextEndsInFlight)
 	t.Run("OneOwnerWaitsTwice", s.oneOwnerWaitsTwice)
+	t.Run("MaxHold", s.maxHold)
 }
 
 type suite struct{ Target }

@@ -509,3 +509,23 @@ func TestRunOnAServerOutOfMemory(t *testing.T) {
 		}
 	}
 }
+
+// --max-hold ends a command that holds the lock too long as a lost lock does: exit 76, a line
+// that names the cap, and the lock free for the next one at once.
+func TestRunMaxHold(t *testing.T) {
+	r, env := redisEnv(t)
+	start := time.Now()
+	res := cli(t, 30*time.Second, env, "run", "--ttl", "1s", "--max-hold", "1500ms", "--kill-after", "1s", "capped", "--", "sleep", "20")
+	if res.code != exitLost || !strings.Contains(res.stderr, "WithMaxHold") {
+		t.Fatalf("a command past --max-hold: exit %d (want %d), stderr %q", res.code, exitLost, res.stderr)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("the command ran %v under a 1.5 s cap", took)
+	}
+	if held(t, r, "capped") {
+		t.Fatal("the lock is still held once run exited at its cap")
+	}
+	if res := cli(t, 30*time.Second, env, "run", "--max-hold", "-1s", "x", "--", "true"); res.code != exitUsage {
+		t.Fatalf("--max-hold -1s: exit %d, want %d", res.code, exitUsage)
+	}
+}

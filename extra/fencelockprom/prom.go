@@ -70,7 +70,7 @@ func New(opts ...Option) *Metrics {
 	m.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "renewals_total",
 		Help: "Renewals by the watchdog or Refresh, by result: ok, or failed (the watchdog's: outcome unknown, tried again; a Refresh's: outcome unknown or refused)."}, labels("result"))
 	m.losses = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "losses_total",
-		Help: "Locks lost, by cause: deadline (no renewal confirmed in time), store (the store no longer had it), closed (the Client was closed), other."}, labels("cause"))
+		Help: "Locks lost, by cause: deadline (no renewal confirmed in time), store (the store no longer had it), closed (the Client was closed), max_hold (held as long as WithMaxHold allows), other."}, labels("cause"))
 	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "releases_total",
 		Help: "Releases, by result: ok, not_held (expired or taken by another), error (retried in the background)."}, labels("result"))
 	m.cleanups = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "cleanups_total",
