@@ -184,11 +184,15 @@ func TestReleaseStopsRenewal(t *testing.T) {
 	var mu sync.Mutex
 	var released bool
 	var renewedAfter int
+	lost := map[int64]bool{}
 	observe := func(e fencelock.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		if e.Kind == fencelock.EventRenewed && released {
 			renewedAfter++
+		}
+		if e.Kind == fencelock.EventLost {
+			lost[e.Token] = true
 		}
 	}
 	c := newLocker(t, singleClient(t), fencelock.WithObserver(observe))
@@ -199,8 +203,15 @@ func TestReleaseStopsRenewal(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(ttl/3 + time.Duration(i)*time.Millisecond/2)
+		// With a 90 ms TTL a busy machine can make a renewal late: a lock lost so is released
+		// by its Client (after its EventLost), and its Release then finds it gone.
 		if err := lock.Release(ctx); err != nil {
-			t.Fatal(err)
+			mu.Lock()
+			wasLost := lost[lock.Token()]
+			mu.Unlock()
+			if !wasLost || !errors.Is(err, fencelock.ErrNotHeld) {
+				t.Fatal(err)
+			}
 		}
 		mu.Lock()
 		released = true
