@@ -21,7 +21,8 @@ import (
 // which earlier grant a token repeats (a re-entry) or that it is new and above every token of
 // the name before it, the permits in use and the waiters, who leads. A difference is a bug in
 // one of them, or a difference of the backend's that the README's backend table lists (and
-// Model names, so that the histories leave it out). FENCELOCK_MODEL_SEED replays one seed.
+// Model names, so that the histories leave it out). FENCELOCK_MODEL_SEED replays one seed;
+// FENCELOCK_MODEL_DEBUG=1 logs every step of both sides.
 func RunModel(t *testing.T, target Target, m Model) {
 	if m.Histories == 0 {
 		m.Histories = 20
@@ -179,6 +180,9 @@ func (h *history) run(real, model *side) int {
 			continue
 		}
 		got, want := real.apply(h, step, o), model.apply(h, step, o)
+		if os.Getenv("FENCELOCK_MODEL_DEBUG") != "" {
+			h.t.Logf("step %d %+v: %q / %q", step, o, got, want)
+		}
 		if got != want {
 			h.t.Errorf("seed %d step %d %+v: the backend says %q, the model %q", h.seed, step, o, got, want)
 			return step + 1

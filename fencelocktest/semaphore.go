@@ -34,6 +34,7 @@ func RunSemaphore(t *testing.T, target Target) {
 	t.Run("ContextEndsInFlight", s.semContextEndsInFlight)
 	t.Run("CloseReleases", s.semCloseReleases)
 	t.Run("ReentryUnderAnotherLimit", s.semReentryUnderAnotherLimit)
+	t.Run("StaleReleaseLeavesTheOwnersNextPermit", s.semStaleReleaseLeavesTheOwnersNextPermit)
 }
 
 // The limit is honoured, permits have tokens that increase, and a released permit goes to

@@ -499,3 +499,72 @@ func (s suite) maxHold(t *testing.T) {
 	}
 	_ = next.Release(ctx)
 }
+
+// A handle of a lock that was lost, released after its owner took the name again, is told it
+// holds nothing, and leaves the owner's new hold as it is: the new grant is another lock, of
+// another token, even under the same owner ID.
+func (s suite) staleReleaseLeavesTheOwnersNextLock(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	c := s.client(t)
+	name := s.name(t)
+	owner := fencelock.WithOwner("owner-" + name)
+	stale, err := c.TryObtain(ctx, name, owner, fencelock.WithWatchdog(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Drop(t, name)
+	fresh, err := c.TryObtain(ctx, name, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Release(ctx)
+	if fresh.Token() <= stale.Token() || fresh.HoldCount() != 1 {
+		t.Fatalf("the owner's grant after its lock was dropped: token %d count %d, want a new lock above token %d", fresh.Token(), fresh.HoldCount(), stale.Token())
+	}
+	if err := stale.Release(ctx); !errors.Is(err, fencelock.ErrNotHeld) && !errors.Is(err, fencelock.ErrLost) {
+		t.Fatalf("the lost lock's release, once its owner holds the name again: %v, want ErrNotHeld", err)
+	}
+	info, err := c.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Held || info.Token != fresh.Token() || info.Count != 1 {
+		t.Fatalf("the owner's new lock after the stale release: %+v, want it held once under token %d", info, fresh.Token())
+	}
+}
+
+// A handle of a permit that was lost, released after its owner took a permit again, is told it
+// holds nothing, and leaves the owner's new permit as it is.
+func (s suite) semStaleReleaseLeavesTheOwnersNextPermit(t *testing.T) {
+	if s.DropPermit == nil {
+		t.Skip("no Target.DropPermit")
+	}
+	ctx := bounded(t, 60*time.Second)
+	c := s.client(t)
+	name := s.name(t)
+	id := "owner-" + name
+	sem := c.Semaphore(name, 2)
+	stale, err := sem.TryAcquire(ctx, fencelock.WithOwner(id), fencelock.WithWatchdog(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.DropPermit(t, name, id)
+	fresh, err := sem.TryAcquire(ctx, fencelock.WithOwner(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Release(ctx)
+	if fresh.Token() <= stale.Token() || fresh.HoldCount() != 1 {
+		t.Fatalf("the owner's permit after its permit was dropped: token %d count %d, want a new permit above token %d", fresh.Token(), fresh.HoldCount(), stale.Token())
+	}
+	if err := stale.Release(ctx); !errors.Is(err, fencelock.ErrNotHeld) && !errors.Is(err, fencelock.ErrLost) {
+		t.Fatalf("the lost permit's release, once its owner holds one again: %v, want ErrNotHeld", err)
+	}
+	info, err := sem.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.InUse != 1 || len(info.Permits) != 1 || info.Permits[0].Token != fresh.Token() || info.Permits[0].Count != 1 {
+		t.Fatalf("the owner's new permit after the stale release: %+v, want it held once under token %d", info, fresh.Token())
+	}
+}

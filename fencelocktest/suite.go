@@ -56,6 +56,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("Do", s.do)
 	t.Run("ReleaseNilOrTwice", s.releaseNilOrTwice)
 	t.Run("ReleaseAfterLossLeavesNewHolder", s.releaseAfterLossLeavesNewHolder)
+	t.Run("StaleReleaseLeavesTheOwnersNextLock", s.staleReleaseLeavesTheOwnersNextLock)
 	t.Run("LossCancelsContext", s.lossCancelsContext)
 	t.Run("ReentrantThroughContext", s.reentrantThroughContext)
 	t.Run("ReentrantWithOwner", s.reentrantWithOwner)

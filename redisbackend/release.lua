@@ -4,13 +4,15 @@
 -- entries (see queue.lua)
 -- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] 'SPUBLISH' on Cluster, 'PUBLISH' elsewhere,
 -- ARGV[4] fence counter retention in ms, ARGV[5] how to count the listeners of a release (see
--- handover)
+-- handover), ARGV[6] the token of the hold's grant, or '0' for whatever lock the owner holds
+-- (a clean-up of an acquisition whose answer was lost)
 -- The announcements go to channels in the lock's hash slot (see handover in take.lua).
 -- Returns the hold count left (0: the lock is no longer this owner's), -1 when the owner does
--- not hold the lock. A hold released already leaves the count unchanged, so a retried release
--- is harmless.
-local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'h:' .. ARGV[2], 'q')
-if h[1] ~= ARGV[1] then
+-- not hold the lock, or holds a later one: the hold of a lock lost and taken again by its
+-- owner is not in the new one. A hold released already leaves the count unchanged, so a
+-- retried release is harmless.
+local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'h:' .. ARGV[2], 'q', 'token')
+if h[1] ~= ARGV[1] or (ARGV[6] ~= '0' and h[5] ~= ARGV[6]) then
   return -1
 end
 local n = tonumber(h[2])

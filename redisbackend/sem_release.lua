@@ -6,14 +6,19 @@
 -- KEYS[5] the places (see sem.lua)
 -- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] 'SPUBLISH' on Cluster, 'PUBLISH' elsewhere,
 -- ARGV[4] how to count the listeners of a release (see announce), ARGV[5] fence counter
--- retention in ms
--- Returns the hold count left (0: the permit is free), -1 when the owner holds no permit. A
+-- retention in ms, ARGV[6] the token of the hold's grant, or '0' for whatever permit the owner
+-- holds
+-- Returns the hold count left (0: the permit is free), -1 when the owner holds no permit, or a
+-- later one: the hold of a permit lost and taken again by its owner is not in the new one. A
 -- hold released already leaves the count unchanged, so a retried release is harmless.
 local owner, hold = ARGV[1], sem_hold(ARGV[2])
 local now = sem_now()
 local p, at, mine = sem_mine(KEYS[1], KEYS[2], owner, now)
 if not p then
   return at or -1
+end
+if ARGV[6] ~= '0' and p.t ~= ARGV[6] then
+  return -1
 end
 if not p.h[hold] then
   return p.c

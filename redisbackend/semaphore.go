@@ -297,7 +297,7 @@ func (b *Backend) leavePermitLine(req fencelock.Request) {
 
 // releasePermit is release for a permit.
 func (b *Backend) releasePermit(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
-	n, err := redisconn.Int64(b.pipe.run(ctx, semReleaseScript, b.semKeys(lease.Name), lease.Owner, hold, b.announce.Publish, b.announce.Count, b.retentionArg))
+	n, err := redisconn.Int64(b.pipe.run(ctx, semReleaseScript, b.semKeys(lease.Name), lease.Owner, hold, b.announce.Publish, b.announce.Count, b.retentionArg, lease.Token))
 	switch {
 	case err != nil:
 		return 0, redislayer.Classify(err)

@@ -43,7 +43,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 		}
 		ctx, cancel := sendContext(ctx, timeout)
 		defer cancel()
-		v, err := redisconn.Int64(nd.c.Eval(ctx, releaseScript, keys, lease.Owner, hold, nd.announce.Publish, nd.announce.Count))
+		v, err := redisconn.Int64(nd.c.Eval(ctx, releaseScript, keys, lease.Owner, hold, nd.announce.Publish, nd.announce.Count, lease.Token))
 		if err == nil && v > 0 && tail.keeps(nd.i) {
 			// The majority decided the lock is free before this node answered.
 			_, _ = nd.c.Eval(ctx, dropScript, keys, lease.Owner, nd.announce.Publish, nd.announce.Count)

@@ -38,7 +38,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 		b.owe(o)
 		return 0, fmt.Errorf("%w: no ZooKeeper session (connection %v): the release of %q is owed, to be made once the session is back", fencelock.ErrUnavailable, s, lease.Name)
 	}
-	n, err := b.release(ctx, k, hold, h, cached, &o)
+	n, err := b.release(ctx, k, hold, lease.Token, h, cached, &o)
 	if err != nil && !errors.Is(err, fencelock.ErrNotHeld) && !errors.Is(err, fencelock.ErrInvalid) {
 		o.pending = inFlight(err)
 		b.owe(o)
@@ -47,8 +47,13 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 }
 
 // release is Release once the connection is up. o names the node it acts on as soon as it
-// knows it.
-func (b *Backend) release(ctx context.Context, k holder, hold string, h holding, cached bool, o *owed) (int, error) {
+// knows it. token is the czxid of the node the hold was granted in, or 0 when the caller does
+// not know it: the owner's node of another czxid is a later lock of the owner (its earlier
+// one was lost), which does not have the hold.
+func (b *Backend) release(ctx context.Context, k holder, hold string, token int64, h holding, cached bool, o *owed) (int, error) {
+	if cached && token != 0 && h.token != token {
+		return 0, laterNode(k)
+	}
 	if cached {
 		if n, err := b.releaseNode(ctx, k, h.path, hold, h.data, h.version, false); err != errVanished {
 			return n, err
@@ -67,6 +72,9 @@ func (b *Backend) release(ctx context.Context, k holder, hold string, h holding,
 			}
 			if err != nil {
 				return 0, err
+			}
+			if token != 0 && h.token != token {
+				return 0, laterNode(k)
 			}
 			o.guid, o.session = h.guid(), h.session
 			n, err := b.releaseNode(ctx, k, h.path, hold, h.data, h.version, true)
@@ -93,6 +101,9 @@ func (b *Backend) release(ctx context.Context, k holder, hold string, h holding,
 		if data.owner != k.owner {
 			return 0, fmt.Errorf("%w: %q is held by another owner", fencelock.ErrNotHeld, k.name)
 		}
+		if token != 0 && stat.Czxid != token {
+			return 0, laterNode(k)
+		}
 		o.guid, o.session = q[0].guid, stat.EphemeralOwner
 		n, err := b.releaseNode(ctx, k, path, hold, data, stat.Version, true)
 		if err == errVanished {
@@ -101,6 +112,11 @@ func (b *Backend) release(ctx context.Context, k holder, hold string, h holding,
 		return n, err
 	}
 	return 0, fmt.Errorf("%w: %q changed hands %d times while being released", fencelock.ErrUnavailable, k.name, lookTries)
+}
+
+// laterNode is the error of a release whose hold was of an earlier node of its owner.
+func laterNode(k holder) error {
+	return fmt.Errorf("%w: the owner's lock node of %q is a later one: the node of this hold is gone", fencelock.ErrNotHeld, k.name)
 }
 
 // releaseNode takes hold out of the lock node at path, whose data and version the caller last
