@@ -23,6 +23,7 @@ type Client struct {
 	queue   Queue          // nil when the backend keeps no line of waiters
 	loss    LossWatcher    // nil when the store cannot push word of a loss
 	reuse   bool           // the backend is an OwnerReuser that reuses owners
+	expires bool           // the backend is an Expirer whose locks go by their TTL
 
 	defaults       []Option
 	now            func() time.Time
@@ -69,6 +70,9 @@ func New(b Backend, opts ...ClientOption) *Client {
 	c.loss, _ = b.(LossWatcher)
 	if r, ok := b.(OwnerReuser); ok && r.ReusesOwners() {
 		c.reuse, c.spare = true, make(map[holdKey][]string)
+	}
+	if e, ok := b.(Expirer); ok {
+		c.expires = e.ExpiresByTTL()
 	}
 	for _, o := range opts {
 		o(c)

@@ -35,6 +35,7 @@ type hold struct {
 	fixedEvery  time.Duration // the renewal interval the caller chose; 0 for TTL/3
 	capAt       time.Time     // WithMaxHold's end, after which nothing extends the deadline; zero for none
 	maxHold     time.Duration
+	floorAt     time.Time   // WithMinHold's end, before which a release leaves the lock held; zero for none
 	expiry      *time.Timer // fires at the deadline; set once, under mu (see newHold)
 
 	mu       sync.Mutex
@@ -75,6 +76,9 @@ func (c *Client) newHold(h *hold, r *request, token int64, sent, deadline time.T
 	if s.maxHold > 0 {
 		h.capAt, h.maxHold = sent.Add(s.maxHold), s.maxHold
 		h.capDeadline()
+	}
+	if s.minHold > 0 {
+		h.floorAt = sent.Add(s.minHold)
 	}
 	if c.loss != nil && h.watchdog {
 		h.watchAt = sent.Add(watchLossAfter)
@@ -311,8 +315,9 @@ func (h *hold) loseHandles(reason error) []*lockContext {
 // drop releases the handle ctx, and returns the renewal in flight, if any, for Release to wait
 // for before it sends its own: a Refresh counted this handle among the holds it may cut short
 // (Lease.Holds), and must reach the store first. When it was the last handle, the hold ends as
-// released. wasLost says the hold was lost before: its EventLost counted this handle.
-func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}, wasLost bool) {
+// released, and last says so. wasLost says the hold was lost before: its EventLost counted
+// this handle.
+func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}, wasLost, last bool) {
 	h.mu.Lock()
 	for i, lc := range h.handles {
 		if lc == ctx {
@@ -326,7 +331,7 @@ func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}, wasLost bool) {
 		renewing = h.renewing
 		h.mu.Unlock()
 		ctx.cancel(releasedError{})
-		return renewing, wasLost
+		return renewing, wasLost, false
 	}
 	h.phase = released
 	h.cause = releasedError{}
@@ -338,7 +343,7 @@ func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}, wasLost bool) {
 	for _, lc := range handles {
 		lc.cancel(releasedError{})
 	}
-	return renewing, false
+	return renewing, false, true
 }
 
 // end stops the timer and takes the handles, as the hold ends; h.mu is held.

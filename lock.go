@@ -248,7 +248,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: released already", ErrNotHeld)
 	}
 	h := l.h
-	renewing, lost := h.drop(&l.lctx)
+	renewing, lost, last := h.drop(&l.lctx)
 	if renewing != nil {
 		select {
 		case <-renewing:
@@ -256,7 +256,13 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 	}
 	sent := l.c.now()
-	clean, err := l.c.release(ctx, h.lease(), l.hold)
+	var clean bool
+	var err error
+	if last && sent.Before(h.floorAt) {
+		err = l.c.releaseAtFloor(ctx, h.lease(), l.hold, h.floorAt)
+	} else {
+		clean, err = l.c.release(ctx, h.lease(), l.hold)
+	}
 	now := l.c.now()
 	l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: now.Sub(h.obtained), Err: err, Owner: h.owner, Context: ctx, Took: now.Sub(sent), Lost: lost})
 	if clean && l.c.reuse {

@@ -33,6 +33,7 @@ type settings struct {
 	weight      int  // the permits a semaphore's Acquire takes; 0 for 1
 	reenter     bool // a permit may be re-entered through its context (RWLock)
 	maxHold     time.Duration
+	minHold     time.Duration
 }
 
 // WithWeight makes a semaphore's Acquire take n of its permits at once. Default: 1. A lock
@@ -93,6 +94,17 @@ func WithMetadata(meta string) Option { return func(s *settings) { s.meta = meta
 // first hold's: a re-entry under a lock already held keeps it. Default: no cap.
 func WithMaxHold(d time.Duration) Option { return func(s *settings) { s.maxHold = d } }
 
+// WithMinHold keeps a lock held for at least d after its grant: a Release before then returns
+// at once and ends the handle, but the name stays taken until d after the grant, and the next
+// holder is served then. It is for a job run from cron on several hosts, whose clocks differ by
+// more than the job takes: without it, a host whose cron fires after the first host's job ended
+// runs the job again. On a store that ends a lock by its TTL (Redis, Redlock, the memory store,
+// see Expirer) the release sets the lock's TTL to what is left of d, so the minimum holds even
+// if the process exits at once; on etcd and ZooKeeper, whose locks live as long as their
+// session, the Client keeps the lock until then and releases it, and Close waits for that. The
+// minimum is the first hold's: a re-entry under a lock already held keeps it. Default: none.
+func WithMinHold(d time.Duration) Option { return func(s *settings) { s.minHold = d } }
+
 // WithWaitTimeout bounds how long Obtain waits for the lock, apart from its context. Zero
 // makes Obtain behave like TryObtain. Default: wait until the context ends.
 func WithWaitTimeout(d time.Duration) Option {
@@ -126,6 +138,12 @@ func (s *settings) validate() error {
 	}
 	if s.maxHold < 0 {
 		return invalidf("max hold must not be negative, got %v", s.maxHold)
+	}
+	if s.minHold < 0 {
+		return invalidf("min hold must not be negative, got %v", s.minHold)
+	}
+	if s.maxHold > 0 && s.minHold > s.maxHold {
+		return invalidf("min hold %v is longer than max hold %v", s.minHold, s.maxHold)
 	}
 	return nil
 }

@@ -568,3 +568,44 @@ func (s suite) semStaleReleaseLeavesTheOwnersNextPermit(t *testing.T) {
 		t.Fatalf("the owner's new permit after the stale release: %+v, want it held once under token %d", info, fresh.Token())
 	}
 }
+
+// WithMinHold keeps a lock released early taken until the minimum has passed since its grant,
+// also once its Client is closed: the release ends the handle at once, a contender meanwhile
+// is refused, and a waiter is served only once the minimum has passed.
+func (s suite) minHold(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	c, other := s.client(t), s.client(t)
+	floor := 2 * s.TTL
+	start := time.Now()
+	lock, err := c.Obtain(ctx, name, fencelock.WithMinHold(floor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("a release before the minimum: %v", err)
+	}
+	if !errors.Is(lock.Context().Err(), context.Canceled) || lock.Valid() == nil {
+		t.Fatalf("the handle after its release: context %v, valid %v; want it ended", lock.Context().Err(), lock.Valid())
+	}
+	if time.Since(start) < floor/2 {
+		var held *fencelock.HeldError
+		if l, err := other.TryObtain(ctx, name); !errors.As(err, &held) {
+			if l != nil {
+				_ = l.Release(ctx)
+			}
+			t.Fatalf("TryObtain %v after the grant, within its %v minimum: %v, want a *HeldError", time.Since(start), floor, err)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	next, err := other.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	if took := time.Since(start); took < floor {
+		t.Fatalf("the next holder was served %v after the first one's call began, within its %v minimum", took, floor)
+	}
+}

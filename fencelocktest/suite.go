@@ -67,6 +67,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("ContextEndsInFlight", s.contextEndsInFlight)
 	t.Run("OneOwnerWaitsTwice", s.oneOwnerWaitsTwice)
 	t.Run("MaxHold", s.maxHold)
+	t.Run("MinHold", s.minHold)
 }
 
 type suite struct{ Target }

@@ -405,4 +405,8 @@ var (
 	_ fencelock.Namer          = (*Backend)(nil)
 	_ fencelock.SemaphoreNamer = (*Backend)(nil)
 	_ fencelock.ForceReleaser  = (*Backend)(nil)
+	_ fencelock.Expirer        = (*Backend)(nil)
 )
+
+// ExpiresByTTL implements fencelock.Expirer: the store lets a lock go when its TTL runs out.
+func (b *Backend) ExpiresByTTL() bool { return true }

@@ -86,7 +86,11 @@ var (
 	_ fencelock.Backend        = (*Backend)(nil)
 	_ fencelock.ReleaseWatcher = (*Backend)(nil)
 	_ fencelock.Queue          = (*Backend)(nil)
+	_ fencelock.Expirer        = (*Backend)(nil)
 )
+
+// ExpiresByTTL implements fencelock.Expirer: the store lets a lock go when its TTL runs out.
+func (b *Backend) ExpiresByTTL() bool { return true }
 
 // Option configures a Backend.
 type Option func(*Backend)

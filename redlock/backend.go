@@ -47,7 +47,11 @@ var (
 	_ fencelock.ReleaseWatcher = (*Backend)(nil)
 	_ fencelock.Namer          = (*Backend)(nil)
 	_ fencelock.ForceReleaser  = (*Backend)(nil)
+	_ fencelock.Expirer        = (*Backend)(nil)
 )
+
+// ExpiresByTTL implements fencelock.Expirer: the store lets a lock go when its TTL runs out.
+func (b *Backend) ExpiresByTTL() bool { return true }
 
 // node is one independent Redis deployment of the N.
 type node struct {

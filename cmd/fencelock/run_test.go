@@ -529,3 +529,30 @@ func TestRunMaxHold(t *testing.T) {
 		t.Fatalf("--max-hold -1s: exit %d, want %d", res.code, exitUsage)
 	}
 }
+
+// --min-hold: a command that ends at once leaves the lock held until the minimum, which the
+// store keeps by the lock's TTL once run has exited; a negative minimum, or one above
+// --max-hold, is a usage error.
+func TestRunMinHold(t *testing.T) {
+	r, env := redisEnv(t)
+	start := time.Now()
+	if res := cli(t, 30*time.Second, env, "run", "--min-hold", "20s", "nightly-report", "--", "true"); res.code != 0 {
+		t.Fatalf("a command under --min-hold: exit %d, stderr %q", res.code, res.stderr)
+	}
+	ran := time.Since(start)
+	if ran >= 20*time.Second {
+		t.Skipf("run took %v, past the minimum", ran)
+	}
+	if !held(t, r, "nightly-report") {
+		t.Fatalf("the lock is free %v after the grant, within its 20 s minimum", ran)
+	}
+	rc := r.ClientT(t)
+	if left, err := rc.PTTL(context.Background(), redisbackend.New(rc).Key("nightly-report")).Result(); err != nil || left <= 0 || left > 20*time.Second {
+		t.Fatalf("the lock's TTL once run exited: %v, %v; want what is left of the 20 s minimum", left, err)
+	}
+	for _, args := range [][]string{{"--min-hold", "-1s"}, {"--min-hold", "2m", "--max-hold", "1m"}} {
+		if res := cli(t, 30*time.Second, env, append(append([]string{"run"}, args...), "x", "--", "true")...); res.code != exitUsage {
+			t.Fatalf("%v: exit %d, want %d", args, res.code, exitUsage)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package fencelock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Expirer is implemented by backends whose store ends a lock by its TTL alone (Redis, Redlock,
+// the memory store): a Refresh that sets a TTL makes the lock go when it runs out, whether its
+// holder lives or not. WithMinHold then leaves a lock released early to that TTL. A backend
+// whose locks live as long as a session (etcd, ZooKeeper) does not implement it: the Client
+// keeps such a lock until the minimum has passed, then releases it.
+type Expirer interface {
+	// ExpiresByTTL reports whether locks go when the TTL a Refresh set runs out.
+	ExpiresByTTL() bool
+}
+
+// releaseAtFloor ends the last hold of a lock released before floor, its WithMinHold end:
+// the name stays taken until floor. On a store that ends locks by their TTL, a Refresh sets
+// the TTL to what is left, and the store lets the lock go by itself; elsewhere, or when that
+// Refresh's outcome is unknown, the Client releases the hold at floor in the background
+// (Close waits for it). A lock lost meanwhile is an error matching ErrNotHeld.
+func (c *Client) releaseAtFloor(ctx context.Context, lease Lease, hold string, floor time.Time) error {
+	if c.expires {
+		lease.Refresh, lease.Holds = true, 1
+		lease.TTL = (floor.Sub(c.now()) + time.Millisecond - 1).Truncate(time.Millisecond)
+		if lease.TTL <= 0 {
+			_, err := c.release(ctx, lease, hold)
+			return err
+		}
+		err := c.b.Renew(ctx, []Lease{lease})[0].Err
+		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrInvalid) {
+			return err
+		}
+	}
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		c.background.Add(1)
+	}
+	c.mu.Unlock()
+	if closed {
+		// The Client's Close is under way and does not wait for this: release now.
+		_, err := c.release(ctx, lease, hold)
+		return err
+	}
+	go func() {
+		defer c.background.Done()
+		pause(context.Background(), floor.Sub(c.now()))
+		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
+		defer cancel()
+		err := c.releaseHold(ctx, lease, hold)
+		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err, Owner: lease.Owner})
+	}()
+	return nil
+}
