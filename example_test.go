@@ -226,3 +226,34 @@ func ExampleRWLock() {
 	// upgrade refused: true
 	// another reader: true
 }
+
+func ExampleClient_ObtainAll() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locker := fencelock.New(redisbackend.New(rdb))
+	defer locker.Close()
+
+	// Another caller lists the same accounts the other way round: both take them in one order.
+	transfer, err := locker.ObtainAll(ctx, []string{"account:B", "account:A"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, l := range transfer.Locks() {
+		fmt.Println("holding", l.Name())
+	}
+	_, err = locker.TryObtainAll(ctx, []string{"account:C", "account:A"})
+	var me *fencelock.MultiError
+	fmt.Println("second set not obtained at:", errors.As(err, &me) && me.Name == "account:A")
+	if err := transfer.Release(ctx); err != nil {
+		fmt.Println(err)
+	}
+	info, _ := locker.Inspect(ctx, "account:C")
+	fmt.Println("account:C held:", info.Held)
+	// Output:
+	// holding account:A
+	// holding account:B
+	// second set not obtained at: true
+	// account:C held: false
+}

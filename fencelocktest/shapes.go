@@ -609,3 +609,83 @@ func (s suite) minHold(t *testing.T) {
 		t.Fatalf("the next holder was served %v after the first one's call began, within its %v minimum", took, floor)
 	}
 }
+
+// ObtainAll: callers that want overlapping sets, listed in opposite orders, never deadlock and
+// never hold a name at once; a set that fails half-way leaves none of its names taken in the
+// store; the set's context re-enters each of its locks.
+func (s suite) obtainAll(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	base := s.name(t)
+	a, b, c := base+"-a", base+"-b", base+"-c"
+	var mu sync.Mutex
+	holding := map[string]int{}
+	var wg sync.WaitGroup
+	for i, set := range [][]string{{a, b, c}, {c, b, a}, {c, a}} {
+		client := s.client(t)
+		wg.Go(func() {
+			for round := range 10 {
+				m, err := client.ObtainAll(ctx, set)
+				if err != nil {
+					t.Errorf("caller %d round %d: %v", i, round, err)
+					return
+				}
+				mu.Lock()
+				for _, l := range m.Locks() {
+					if holding[l.Name()]++; holding[l.Name()] > 1 {
+						t.Errorf("caller %d round %d: %s held twice", i, round, l.Name())
+					}
+				}
+				mu.Unlock()
+				for _, l := range m.Locks() {
+					if info, err := client.Inspect(ctx, l.Name()); err != nil || info.Token != l.Token() {
+						t.Errorf("caller %d round %d: the store's %s while the set holds it: %+v, %v; want token %d", i, round, l.Name(), info, err, l.Token())
+					}
+				}
+				mu.Lock()
+				for _, l := range m.Locks() {
+					holding[l.Name()]--
+				}
+				mu.Unlock()
+				if err := m.Release(ctx); err != nil {
+					t.Errorf("caller %d round %d: release: %v", i, round, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	one, other := s.client(t), s.client(t)
+	held, err := other.Obtain(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	var he *fencelock.HeldError
+	var me *fencelock.MultiError
+	if m, err := one.TryObtainAll(ctx, []string{c, b, a}); m != nil || !errors.As(err, &he) || !errors.As(err, &me) || me.Name != b {
+		t.Fatalf("TryObtainAll with %s held elsewhere: %v; want a *MultiError for it matching *HeldError", b, err)
+	}
+	for _, name := range []string{a, c} {
+		if info, err := other.Inspect(ctx, name); err != nil || info.Held {
+			t.Fatalf("%s once the set failed at %s: %+v, %v; want it free", name, b, info, err)
+		}
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, err := one.ObtainAll(ctx, []string{c, a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release(ctx)
+	for _, l := range m.Locks() {
+		again, err := one.Obtain(m.Context(), l.Name())
+		if err != nil || again.Token() != l.Token() || again.HoldCount() != 2 {
+			t.Fatalf("an Obtain of %s through the set's context: %v; want a re-entry of token %d", l.Name(), err, l.Token())
+		}
+		_ = again.Release(ctx)
+	}
+}

@@ -68,6 +68,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("OneOwnerWaitsTwice", s.oneOwnerWaitsTwice)
 	t.Run("MaxHold", s.maxHold)
 	t.Run("MinHold", s.minHold)
+	t.Run("ObtainAll", s.obtainAll)
 }
 
 type suite struct{ Target }
