@@ -113,7 +113,13 @@ func (c *Client) Close() error {
 	c.dog.close()
 	for _, h := range holds {
 		lease := h.lease()
-		if handles := h.loseHandles(ErrClosed); len(handles) > 0 {
+		handles := h.loseHandles(ErrClosed, true)
+		if floor := h.floor(); len(handles) > 0 && c.now().Before(floor) {
+			// A minimum hold still running keeps the name taken until it ends.
+			for _, lc := range handles {
+				c.keepInBackground(lease, lc.id, floor, true)
+			}
+		} else if len(handles) > 0 {
 			c.releaseAll(lease, handles)
 		}
 	}

@@ -33,9 +33,8 @@ type hold struct {
 	vctx        context.Context // the context of the Obtain that made the hold, for the observer
 	obtained    time.Time
 	fixedEvery  time.Duration // the renewal interval the caller chose; 0 for TTL/3
-	capAt       time.Time     // WithMaxHold's end, after which nothing extends the deadline; zero for none
+	capAt       time.Time     // WithMaxHold's end, from the grant's arrival, after which nothing extends the deadline; zero for none
 	maxHold     time.Duration
-	floorAt     time.Time   // WithMinHold's end, before which a release leaves the lock held; zero for none
 	expiry      *time.Timer // fires at the deadline; set once, under mu (see newHold)
 
 	mu       sync.Mutex
@@ -49,6 +48,8 @@ type hold struct {
 	watchAt  time.Time     // when the watchdog asks the backend to push word of a loss; zero for never
 	unwatch  func()        // ends that watch; nil while there is none
 	refs     int           // handles not yet released
+	floorAt  time.Time     // the latest WithMinHold end of its holds: a release before it leaves the lock held; zero for none
+	settled  bool          // ended lost with its holds' release in the Client's hands (undo, keep or Close)
 	reusable bool          // its owner may be reused once released: fresh, and never joined
 	handles  []*lockContext
 	handle0  [1]*lockContext // backs handles while there is one, as there usually is
@@ -74,12 +75,14 @@ func (c *Client) newHold(h *hold, r *request, token int64, sent, deadline time.T
 		renewAt: sent.Add(min(s.every, validity/3)),
 	}
 	if s.maxHold > 0 {
-		h.capAt, h.maxHold = sent.Add(s.maxHold), s.maxHold
+		// From the grant's arrival, not its request's send: a reply that came late, or a
+		// hand-over counted from the waiter's last renewal of its place in line, would
+		// otherwise hand out a lock lost at once. The cap bounds a stuck holder; a reply's
+		// latency does not matter to it.
+		h.capAt, h.maxHold = c.now().Add(s.maxHold), s.maxHold
 		h.capDeadline()
 	}
-	if s.minHold > 0 {
-		h.floorAt = sent.Add(s.minHold)
-	}
+	h.floorAt = s.floor(sent)
 	if c.loss != nil && h.watchdog {
 		h.watchAt = sent.Add(watchLossAfter)
 	}
@@ -118,16 +121,19 @@ func (h *hold) ended(now time.Time) error {
 var afterFunc = time.AfterFunc
 
 // join adds a handle to a live hold: another hold of the same lock in the store, asked for
-// with ttl. Renewals from now on ask for the longest TTL any hold asked for, so that none
-// shortens what another one was granted. The deadline stays: only a renewal, which sets the
-// store's TTL, moves it.
-func (h *hold) join(ttl time.Duration) bool {
+// with ttl, and kept at least until floor (WithMinHold; zero for none). Renewals from now on
+// ask for the longest TTL any hold asked for, so that none shortens what another one was
+// granted. The deadline stays: only a renewal, which sets the store's TTL, moves it.
+func (h *hold) join(ttl time.Duration, floor time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.phase != live {
 		return false
 	}
 	h.refs++
+	if floor.After(h.floorAt) {
+		h.floorAt = floor
+	}
 	h.reusable = false // the store has more than one hold of it
 	if ttl > h.ttl {
 		h.ttl = ttl
@@ -278,10 +284,12 @@ func (h *hold) retrySoon() {
 }
 
 // lose ends a live hold as lost, with reason.
-func (h *hold) lose(reason error) { h.loseHandles(reason) }
+func (h *hold) lose(reason error) { h.loseHandles(reason, false) }
 
 // loseHandles is lose; it returns the handles it ended, none when the hold had ended before.
-func (h *hold) loseHandles(reason error) []*lockContext {
+// closing says the Client's Close ends it, and releases its holds.
+func (h *hold) loseHandles(reason error, closing bool) []*lockContext {
+	expired := errors.Is(reason, errDeadlinePassed) || errors.Is(reason, ErrMaxHold)
 	h.mu.Lock()
 	if h.phase != live {
 		h.mu.Unlock()
@@ -289,6 +297,10 @@ func (h *hold) loseHandles(reason error) []*lockContext {
 	}
 	h.phase = lost
 	h.cause = &lostError{reason: reason}
+	// The Client ends its holds in the store itself (below, or Close does): a late Release
+	// of one of its handles must not, or it would end in the store a lock kept for its
+	// minimum hold.
+	h.settled = expired || closing
 	handles := h.end()
 	h.mu.Unlock()
 	h.off()
@@ -299,25 +311,38 @@ func (h *hold) loseHandles(reason error) []*lockContext {
 	if h.onLost != nil {
 		h.onLost(h.name, h.cause)
 	}
-	if errors.Is(reason, errDeadlinePassed) || errors.Is(reason, ErrMaxHold) {
+	if expired {
 		// Trusted no more, but maybe still in the store: a store whose session keeps what it
 		// holds alive (etcd, ZooKeeper) keeps it as long as the Backend lives, whatever its
 		// TTL. Its holds are released, as a closing Client's are; on a store that times them
 		// out it is let go before its TTL ends.
-		lease := h.lease()
+		// A minimum hold still running keeps the name taken until it ends.
+		lease, floor := h.lease(), h.floor()
 		for _, lc := range handles {
-			h.c.undo(lease, lc.id)
+			if h.c.now().Before(floor) {
+				h.c.keepInBackground(lease, lc.id, floor, false)
+			} else {
+				h.c.undo(lease, lc.id)
+			}
 		}
 	}
 	return handles
 }
 
+// floor is when the hold's minimum hold ends; zero for none.
+func (h *hold) floor() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.floorAt
+}
+
 // drop releases the handle ctx, and returns the renewal in flight, if any, for Release to wait
 // for before it sends its own: a Refresh counted this handle among the holds it may cut short
 // (Lease.Holds), and must reach the store first. When it was the last handle, the hold ends as
-// released, and last says so. wasLost says the hold was lost before: its EventLost counted
-// this handle.
-func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}, wasLost, last bool) {
+// released, and floor is when its minimum hold ends (zero for none): a release before then
+// leaves the lock held. wasLost says the hold was lost before: its EventLost counted this
+// handle; settled that the Client ends its hold in the store itself.
+func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}, wasLost, settled bool, floor time.Time) {
 	h.mu.Lock()
 	for i, lc := range h.handles {
 		if lc == ctx {
@@ -327,23 +352,23 @@ func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}, wasLost, last b
 	}
 	h.refs--
 	if h.refs > 0 || h.phase != live {
-		wasLost = h.phase == lost
+		wasLost, settled = h.phase == lost, h.phase == lost && h.settled
 		renewing = h.renewing
 		h.mu.Unlock()
 		ctx.cancel(releasedError{})
-		return renewing, wasLost, false
+		return renewing, wasLost, settled, time.Time{}
 	}
 	h.phase = released
 	h.cause = releasedError{}
 	handles := h.end()
-	renewing = h.renewing
+	renewing, floor = h.renewing, h.floorAt
 	h.mu.Unlock()
 	h.off()
 	ctx.cancel(releasedError{})
 	for _, lc := range handles {
 		lc.cancel(releasedError{})
 	}
-	return renewing, false, true
+	return renewing, false, false, floor
 }
 
 // end stops the timer and takes the handles, as the hold ends; h.mu is held.

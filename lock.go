@@ -248,7 +248,14 @@ func (l *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: released already", ErrNotHeld)
 	}
 	h := l.h
-	renewing, lost, last := h.drop(&l.lctx)
+	renewing, lost, settled, floor := h.drop(&l.lctx)
+	if settled {
+		// The Client ends this hold in the store itself, undoing it or keeping it for its
+		// minimum hold: another release here could end the lock that keeps.
+		err := fmt.Errorf("%w: %w", ErrNotHeld, h.err())
+		l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: l.c.now().Sub(h.obtained), Err: err, Owner: h.owner, Context: ctx, Lost: lost})
+		return err
+	}
 	if renewing != nil {
 		select {
 		case <-renewing:
@@ -258,8 +265,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	sent := l.c.now()
 	var clean bool
 	var err error
-	if last && sent.Before(h.floorAt) {
-		err = l.c.releaseAtFloor(ctx, h.lease(), l.hold, h.floorAt)
+	if sent.Before(floor) {
+		err = l.c.releaseAtFloor(ctx, h.lease(), l.hold, floor)
 	} else {
 		clean, err = l.c.release(ctx, h.lease(), l.hold)
 	}

@@ -65,3 +65,28 @@ func TestMaxHoldNegativeIsInvalid(t *testing.T) {
 		t.Fatalf("WithMaxHold(-1s): %v, want ErrInvalid", err)
 	}
 }
+
+// A grant whose reply came later than the cap after its request was sent is capped from its
+// arrival: the lock is not handed out lost, and ends at its cap.
+func TestMaxHoldCountsFromTheGrantsArrival(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memorybackend.New()
+		backend := store.Backend()
+		a := fencelock.New(backend)
+		defer a.Close()
+		backend.DelayNextReply(2 * time.Second)
+		lock, err := a.Obtain(t.Context(), "job", fencelock.WithTTL(5*time.Second), fencelock.WithMaxHold(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted := time.Now()
+		defer lock.Release(context.Background())
+		if err := lock.Valid(); err != nil {
+			t.Fatalf("a lock whose grant came 2 s after its request, with a 1 s cap: %v at its grant", err)
+		}
+		<-lock.Context().Done()
+		if at := time.Since(granted); at != time.Second {
+			t.Fatalf("the lock ended %v after its grant arrived, want at its 1 s cap", at)
+		}
+	})
+}

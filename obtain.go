@@ -260,7 +260,7 @@ func (c *Client) grant(r *request, holdID string, start time.Time, g Grant) (*Lo
 	}
 	var l *Lock
 	switch {
-	case h != nil && h.join(r.s.ttl):
+	case h != nil && h.join(r.s.ttl, r.s.floor(sent)):
 		c.mu.Unlock()
 		l = new(Lock)
 	case h != nil:

@@ -86,12 +86,13 @@ func WithOnLost(fn func(name string, err error)) Option {
 // MaxMetadata bytes. Default: nothing is published.
 func WithMetadata(meta string) Option { return func(s *settings) { s.meta = meta } }
 
-// WithMaxHold caps how long a lock is held: d after its grant the watchdog has stopped
-// renewing it, its validity ends whatever a renewal or Refresh said, its context ends with a
-// cause that matches ErrLost and ErrMaxHold, and the Client releases it in the store. It is
-// for a holder that may hang (a deadlock in the job, a call with no timeout), which the
-// watchdog would otherwise keep renewing for as long as its process lives. The cap is the
-// first hold's: a re-entry under a lock already held keeps it. Default: no cap.
+// WithMaxHold caps how long a lock is held: d after its grant reached the Client (as Obtain
+// returns) the watchdog has stopped renewing it, its validity ends whatever a renewal or
+// Refresh said, its context ends with a cause that matches ErrLost and ErrMaxHold, and the
+// Client releases it in the store. It is for a holder that may hang (a deadlock in the job, a
+// call with no timeout), which the watchdog would otherwise keep renewing for as long as its
+// process lives. The cap is the first hold's: a re-entry under a lock already held keeps it.
+// Default: no cap.
 func WithMaxHold(d time.Duration) Option { return func(s *settings) { s.maxHold = d } }
 
 // WithMinHold keeps a lock held for at least d after its grant: a Release before then returns
@@ -101,9 +102,17 @@ func WithMaxHold(d time.Duration) Option { return func(s *settings) { s.maxHold 
 // runs the job again. On a store that ends a lock by its TTL (Redis, Redlock, the memory store,
 // see Expirer) the release sets the lock's TTL to what is left of d, so the minimum holds even
 // if the process exits at once; on etcd and ZooKeeper, whose locks live as long as their
-// session, the Client keeps the lock until then and releases it, and Close waits for that. The
-// minimum is the first hold's: a re-entry under a lock already held keeps it. Default: none.
+// session, the Client keeps the lock until then and releases it, and Close waits for that. Each
+// hold's minimum counts: the lock is kept until the latest of them. Default: none.
 func WithMinHold(d time.Duration) Option { return func(s *settings) { s.minHold = d } }
+
+// floor is when the minimum hold of a grant whose request was sent at sent ends; zero for none.
+func (s *settings) floor(sent time.Time) time.Time {
+	if s.minHold <= 0 {
+		return time.Time{}
+	}
+	return sent.Add(s.minHold)
+}
 
 // WithWaitTimeout bounds how long Obtain waits for the lock, apart from its context. Zero
 // makes Obtain behave like TryObtain. Default: wait until the context ends.
