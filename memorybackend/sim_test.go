@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,8 @@ import (
 //   - never more permits believed valid than the limit, a reader beside a writer, or permits of
 //     two limits at once;
 //   - a grant's token above every token granted to another owner before its call began;
+//   - no other owner granted a lock before the WithMinHold of a lock released early has
+//     passed, and no lock believed valid past its WithMaxHold;
 //   - Done closed by the validity deadline;
 //   - every call back by its context's deadline plus the README's slack;
 //   - no goroutine left once every Client closed (synctest fails the test otherwise).
@@ -76,6 +79,8 @@ type sim struct {
 	grants   map[string][]simGrant // by class/name
 	faults   map[string]time.Time  // the last store fault of each name
 	terms    map[int64]bool        // the election's tokens the store granted
+	floors   map[string]simFloor   // by name: the last lock released before its WithMinHold passed
+	policy   map[simHoldKey]*simPolicy
 	findings []string
 	firstAt  time.Duration // when the first finding was made
 }
@@ -99,7 +104,34 @@ type simHandle struct {
 	// the store forget its lock while it was held, so that until its holder learns it (at once
 	// when the loss is pushed, at its next renewal otherwise) an overlap is the documented one.
 	reentry, forgotten bool
-	granted            time.Time
+	granted            time.Time // when the call that made it began
+	ret                time.Time // when that call returned
+}
+
+// simFloor is a lock released before its minimum hold passed: no other owner may be granted
+// its name before until.
+type simFloor struct {
+	owner          string
+	granted, until time.Time
+}
+
+// simPolicy is what a hold's handles asked of its length. The latest-ending minimum hold: d,
+// granted by a call that began at granted. The cap is the hold's first handle's, which the sim
+// cannot tell among handles granted at once: capped says every handle asked for one, and
+// capAt is the latest of their ends, counted from the grant's return.
+type simPolicy struct {
+	granted time.Time
+	d       time.Duration
+	capped  bool
+	capAt   time.Time
+}
+
+// simHoldKey names one Client's hold of a lock: its handles' minimum holds keep it, whichever
+// of them is released last.
+type simHoldKey struct {
+	client int
+	owner  string
+	token  int64
 }
 
 type simGrant struct {
@@ -182,7 +214,8 @@ func (g *simGate) run() {
 // runSim runs one simulation in a bubble, and returns its log and how many operations it ran.
 func runSim(t *testing.T, cfg simConfig) (log []string, ops int64) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &sim{t: t, cfg: cfg, store: New(), live: map[*fencelock.Lock]*simHandle{}, grants: map[string][]simGrant{}, faults: map[string]time.Time{}, terms: map[int64]bool{}}
+		s := &sim{t: t, cfg: cfg, store: New(), live: map[*fencelock.Lock]*simHandle{}, grants: map[string][]simGrant{}, faults: map[string]time.Time{}, terms: map[int64]bool{},
+			floors: map[string]simFloor{}, policy: map[simHoldKey]*simPolicy{}}
 		s.gate = &simGate{rng: rand.New(rand.NewPCG(cfg.seed, 1)), notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), trace: simTrace}
 		if os.Getenv("FENCELOCK_SIM_DUMP") != "" && s.gate.trace == nil {
 			s.gate.trace = new([]string)
@@ -226,6 +259,12 @@ func runSim(t *testing.T, cfg simConfig) (log []string, ops int64) {
 			t.Error(f)
 		}
 		if name := os.Getenv("FENCELOCK_SIM_DUMP"); name != "" && len(s.findings) > 0 {
+			if name == "auto" {
+				// The name the first finding is about: "lock/l0: ..." or "lock l0: ...".
+				if m := simFindingName.FindStringSubmatch(s.findings[0]); m != nil {
+					name = m[1]
+				}
+			}
 			s.dump(t, name)
 		}
 		slices.SortStableFunc(s.log, func(a, b simEntry) int {
@@ -239,19 +278,23 @@ func runSim(t *testing.T, cfg simConfig) (log []string, ops int64) {
 	return log, ops
 }
 
-// dump logs what the run did with name in the second before its first finding, with the
-// gate's picks when simTrace is set: FENCELOCK_SIM_DUMP=<name> asks for it. s.mu is held.
+// simFindingName finds the name a finding is about.
+var simFindingName = regexp.MustCompile(`(?:lock|permit|rw|leader)[ /](\w+)`)
+
+// dump logs what the run did with name in the 5 seconds before its first finding (a minimum
+// hold reaches 3 s back), with the gate's picks when simTrace is set: FENCELOCK_SIM_DUMP=<name>
+// asks for it, FENCELOCK_SIM_DUMP=auto for the name of the first finding. s.mu is held.
 func (s *sim) dump(t *testing.T, name string) {
 	end := s.firstAt
 	for _, e := range s.log {
-		if e.at >= end-time.Second && e.at <= end && strings.Contains(e.text, " "+name+" ") {
+		if e.at >= end-5*time.Second && e.at <= end && strings.Contains(e.text, " "+name+" ") {
 			t.Logf("%v w%d %s", e.at, e.worker, e.text)
 		}
 	}
 	for _, p := range *s.gate.trace {
 		at, rest, _ := strings.Cut(p, " pick ")
 		d, _ := time.ParseDuration(at)
-		if key, _, _ := strings.Cut(rest, " of "); d >= end-time.Second && d <= end && strings.Contains(key, name) {
+		if key, _, _ := strings.Cut(rest, " of "); d >= end-5*time.Second && d <= end && strings.Contains(key, name) {
 			t.Logf("gate: %s %s", at, key)
 		}
 	}
@@ -308,6 +351,8 @@ func (s *sim) record(worker, seq int, format string, args ...any) {
 var (
 	simLocks = []string{"l0", "l1", "l2"}
 	simTTLs  = []time.Duration{10 * time.Millisecond, 40 * time.Millisecond, 200 * time.Millisecond, time.Second, 5 * time.Second, 30 * time.Second}
+	// simHolds are the minimum and maximum holds drawn (a maximum is never the shortest).
+	simHolds = []time.Duration{50 * time.Millisecond, 300 * time.Millisecond, time.Second, 3 * time.Second}
 	simWaits = []time.Duration{500 * time.Microsecond, 5 * time.Millisecond, 50 * time.Millisecond, 500 * time.Millisecond, 3 * time.Second}
 )
 
@@ -455,6 +500,21 @@ func (s *sim) burst(n int, fn func(k int)) {
 // while it holds it, and releases it.
 func (s *sim) lockStep(ctx context.Context, worker, seq int, c *fencelock.Client, ci int, class, name string, limit, weight int, try bool, wait time.Duration, opts []fencelock.Option, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 0))
+	var minHold, maxHold time.Duration
+	if class == "lock" {
+		// Lease policy, from a stream of its own: the other draws stay as they were.
+		p := rand.New(rand.NewPCG(seed, 1))
+		if p.IntN(6) == 0 {
+			minHold = simHolds[p.IntN(len(simHolds))]
+		}
+		if p.IntN(6) == 0 {
+			maxHold = simHolds[1+p.IntN(len(simHolds)-1)]
+		}
+		if maxHold > 0 && minHold > maxHold {
+			minHold = 0
+		}
+		opts = append(opts[:len(opts):len(opts)], fencelock.WithMinHold(minHold), fencelock.WithMaxHold(maxHold))
+	}
 	obtain := func(ctx context.Context) (*fencelock.Lock, error) {
 		switch {
 		case class == "lock" && try:
@@ -483,6 +543,27 @@ func (s *sim) lockStep(ctx context.Context, worker, seq int, c *fencelock.Client
 	lock := s.obtain(ctx, worker, seq, ci, class, name, limit, weight, wait, obtain)
 	if lock == nil {
 		return
+	}
+	if class == "lock" {
+		s.mu.Lock()
+		if h := s.live[lock]; h != nil {
+			key := simHoldKey{ci, lock.Owner(), lock.Token()}
+			p := s.policy[key]
+			if p == nil {
+				p = &simPolicy{capped: true}
+				s.policy[key] = p
+			}
+			// Every hold's minimum counts: the hold ends no sooner than the latest.
+			if minHold > 0 && h.granted.Add(minHold).After(p.granted.Add(p.d)) {
+				p.granted, p.d = h.granted, minHold
+			}
+			if maxHold == 0 {
+				p.capped = false
+			} else if at := h.ret.Add(maxHold + maxHold/100 + 2*time.Millisecond); at.After(p.capAt) {
+				p.capAt = at
+			}
+		}
+		s.mu.Unlock()
 	}
 	for range 1 + r.IntN(3) {
 		switch n := r.IntN(10); {
@@ -554,7 +635,7 @@ func (s *sim) obtain(ctx context.Context, worker, seq, ci int, class, name strin
 		s.record(worker, seq, "%s %s limit %d weight %d: %s", class, name, limit, weight, outcome(err))
 		return nil
 	}
-	h := &simHandle{class: class, name: name, limit: limit, weight: max(weight, 1), lock: lock, client: ci, reentry: lock.HoldCount() > 1, granted: start}
+	h := &simHandle{class: class, name: name, limit: limit, weight: max(weight, 1), lock: lock, client: ci, reentry: lock.HoldCount() > 1, granted: start, ret: time.Now()}
 	s.mu.Lock()
 	s.checkGrant(h, start)
 	s.live[lock] = h
@@ -587,12 +668,39 @@ func (s *sim) timed(ctx context.Context, worker, seq int, what string, call func
 // release releases lock under a context that ends after wait.
 func (s *sim) release(worker, seq int, lock *fencelock.Lock, wait time.Duration) {
 	s.mu.Lock()
+	h := s.live[lock]
 	delete(s.live, lock)
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	err := s.timed(ctx, worker, seq, "release "+lock.Name(), lock.Release)
 	s.record(worker, seq, "release %s token %d: %s", lock.Name(), lock.Token(), outcome(err))
+	if h != nil && h.class == "lock" {
+		s.mu.Lock()
+		s.released(h, err)
+		s.mu.Unlock()
+	}
+}
+
+// released records the release of h, which returned err: when it was the last handle of its
+// Client's hold, released cleanly before the minimum hold of the hold's first handle passed,
+// the name is another owner's no sooner than that minimum, less the drift of the Client's
+// clock. s.mu is held.
+func (s *sim) released(h *simHandle, err error) {
+	key := simHoldKey{h.client, h.lock.Owner(), h.lock.Token()}
+	for _, o := range s.live {
+		if o.class == h.class && o.name == h.name && o.client == h.client && o.lock.Owner() == key.owner && o.lock.Token() == key.token {
+			return // the hold lives on in another handle
+		}
+	}
+	p := s.policy[key]
+	delete(s.policy, key)
+	if p == nil || p.d == 0 || err != nil {
+		return
+	}
+	if until := p.granted.Add(p.d); time.Now().Before(until) {
+		s.floors[h.name] = simFloor{owner: key.owner, granted: p.granted, until: until.Add(-p.d/100 - 2*time.Millisecond)}
+	}
 }
 
 // write is a holder's act: it checks the lock, pauses (the window a process pause opens), and
@@ -606,6 +714,11 @@ func (s *sim) write(worker, seq int, lock *fencelock.Lock, pause time.Duration) 
 	s.mu.Unlock()
 	if h != nil {
 		s.checkBelieved(lock.Context(), h.class, h.name, lock.Token(), worker, h.granted)
+		s.mu.Lock()
+		if p := s.policy[simHoldKey{h.client, lock.Owner(), lock.Token()}]; p != nil && p.capped && lock.Valid() == nil && time.Now().After(p.capAt) {
+			s.flag("w%d: %s token %d believed valid %v past the WithMaxHold cap of every handle of its hold", worker, h.name, lock.Token(), time.Since(p.capAt))
+		}
+		s.mu.Unlock()
 	}
 	time.Sleep(pause)
 }
@@ -666,6 +779,11 @@ func (s *sim) checkGrant(g *simHandle, start time.Time) {
 		// A re-entry (a count above 1) has the token of its owner's first hold.
 		if g.lock.HoldCount() == 1 && p.owner != owner && p.ret.Before(start) && p.token >= token {
 			s.flag("%s: token %d granted to a call that began after token %d of another owner was granted", key, token, p.token)
+		}
+	}
+	if f, ok := s.floors[g.name]; ok && g.class == "lock" && f.owner != owner && time.Now().Before(f.until) {
+		if at, faulted := s.faults[g.name]; !faulted || at.Before(f.granted) {
+			s.flag("%s: token %d granted %v before the minimum hold of owner %.6s's lock, released early, passed", key, token, f.until.Sub(time.Now()), f.owner)
 		}
 	}
 	s.grants[key] = append(s.grants[key], simGrant{owner: owner, token: token, start: start, ret: time.Now()})
