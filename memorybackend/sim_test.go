@@ -783,7 +783,7 @@ func (s *sim) checkGrant(g *simHandle, start time.Time) {
 	}
 	if f, ok := s.floors[g.name]; ok && g.class == "lock" && f.owner != owner && time.Now().Before(f.until) {
 		if at, faulted := s.faults[g.name]; !faulted || at.Before(f.granted) {
-			s.flag("%s: token %d granted %v before the minimum hold of owner %.6s's lock, released early, passed", key, token, f.until.Sub(time.Now()), f.owner)
+			s.flag("%s: token %d granted %v before the minimum hold of owner %.6s's lock, released early, passed", key, token, time.Until(f.until), f.owner)
 		}
 	}
 	s.grants[key] = append(s.grants[key], simGrant{owner: owner, token: token, start: start, ret: time.Now()})
