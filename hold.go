@@ -35,7 +35,8 @@ type hold struct {
 	fixedEvery  time.Duration // the renewal interval the caller chose; 0 for TTL/3
 	capAt       time.Time     // WithMaxHold's end, from the grant's arrival, after which nothing extends the deadline; zero for none
 	maxHold     time.Duration
-	expiry      *time.Timer // fires at the deadline; set once, under mu (see newHold)
+	delay       time.Duration // WithLockDelay: the store keeps the lock this much longer than the Client trusts it
+	expiry      *time.Timer   // fires at the deadline; set once, under mu (see newHold)
 
 	mu       sync.Mutex
 	phase    phase
@@ -69,10 +70,10 @@ func (c *Client) newHold(h *hold, r *request, token int64, sent, deadline time.T
 	*h = hold{
 		c: c, name: r.name, owner: r.owner, limit: r.limit, token: token, noMeta: s.meta == "", watchdog: !s.noWatchdog, vctx: r.vctx,
 		onLost: s.onLost, obtained: sent, fixedEvery: s.renewEvery,
-		ttl: s.ttl, every: s.every, deadline: deadline, refs: 1, reusable: c.reuse && r.fresh,
+		ttl: s.ttl, every: s.every, deadline: deadline, refs: 1, reusable: c.reuse && r.fresh, delay: s.lockDelay,
 		// A lock handed over for a short claim is renewed well within it the first time, and
 		// at the usual pace once that renewal gave it its whole TTL.
-		renewAt: sent.Add(min(s.every, validity/3)),
+		renewAt: sent.Add(min(s.every, max(validity-s.lockDelay, 0)/3)),
 	}
 	if s.maxHold > 0 {
 		// From the grant's arrival, not its request's send: a reply that came late, or a
@@ -116,6 +117,10 @@ func (h *hold) ended(now time.Time) error {
 	}
 	return fmt.Errorf("%w %v ago without a confirmed renewal", errDeadlinePassed, now.Sub(h.deadline))
 }
+
+// trusted is how long after a send the Client trusts a lock the store keeps v after it: v less
+// the drift allowance and the lock delay, which the store keeps beyond the Client's trust.
+func trusted(v, delay time.Duration) time.Duration { return v - drift(v) - delay }
 
 // afterFunc is time.AfterFunc; a test makes its timers fire early.
 var afterFunc = time.AfterFunc
@@ -207,7 +212,7 @@ func (h *hold) setDeadline(d time.Time) {
 func (h *hold) lease() Lease {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return Lease{Name: h.name, Owner: h.owner, TTL: h.ttl, Token: h.token, Holds: h.refs, Limit: h.limit, NoMeta: h.noMeta}
+	return Lease{Name: h.name, Owner: h.owner, TTL: h.ttl + h.delay, Token: h.token, Holds: h.refs, Limit: h.limit, NoMeta: h.noMeta}
 }
 
 // claim makes ch the renewal in flight, if none is and the hold is live. The store sees one
@@ -247,12 +252,13 @@ func (h *hold) renewed(sent time.Time, ttl, validity time.Duration, refresh bool
 			h.every = ttl / 3
 		}
 	}
-	v := ttl
+	v := ttl + h.delay
 	if validity > 0 && validity < v {
 		v = validity
 	}
-	h.setDeadline(sent.Add(v - drift(v)))
-	h.renewAt = sent.Add(min(h.every, v/3))
+	t := trusted(v, h.delay)
+	h.setDeadline(sent.Add(t))
+	h.renewAt = sent.Add(min(h.every, max(t, 0)/3))
 	h.capDeadline()
 	return h.renewAt, true
 }
@@ -264,7 +270,7 @@ func (h *hold) renewed(sent time.Time, ttl, validity time.Duration, refresh bool
 func (h *hold) mayHaveShortened(sent time.Time, ttl time.Duration) (renewAt time.Time, moved bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	d := sent.Add(ttl - drift(ttl))
+	d := sent.Add(trusted(ttl+h.delay, h.delay))
 	if h.phase != live || !d.Before(h.deadline) {
 		return time.Time{}, false
 	}
@@ -289,7 +295,10 @@ func (h *hold) lose(reason error) { h.loseHandles(reason, false) }
 // loseHandles is lose; it returns the handles it ended, none when the hold had ended before.
 // closing says the Client's Close ends it, and releases its holds.
 func (h *hold) loseHandles(reason error, closing bool) []*lockContext {
-	expired := errors.Is(reason, errDeadlinePassed) || errors.Is(reason, ErrMaxHold)
+	// Lost by the Client's own deadline or cap: it ends its holds in the store itself, unless
+	// a lock delay asks the store to keep the lock past the Client's trust (the store's TTL
+	// ends it then; a Release still frees it at once).
+	expired := (errors.Is(reason, errDeadlinePassed) || errors.Is(reason, ErrMaxHold)) && h.delay == 0
 	h.mu.Lock()
 	if h.phase != live {
 		h.mu.Unlock()

@@ -167,13 +167,13 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	h := l.h
 	lease := h.lease()
 	if ttl == 0 {
-		ttl = lease.TTL
+		ttl = lease.TTL - h.delay
 	}
-	s := settings{ttl: ttl, renewEvery: h.fixedEvery}
+	s := settings{ttl: ttl, renewEvery: h.fixedEvery, lockDelay: h.delay}
 	if err := s.validate(); err != nil {
 		return err
 	}
-	lease.TTL, lease.Refresh = ttl, true
+	lease.TTL, lease.Refresh = ttl+h.delay, true
 	mine := make(chan struct{})
 	defer close(mine)
 	for !h.claim(mine) {
@@ -255,6 +255,11 @@ func (l *Lock) Release(ctx context.Context) error {
 		err := fmt.Errorf("%w: %w", ErrNotHeld, h.err())
 		l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: l.c.now().Sub(h.obtained), Err: err, Owner: h.owner, Context: ctx, Lost: lost})
 		return err
+	}
+	if lost {
+		// Lost but not settled (under a lock delay, or lost as the store said): a late
+		// release still keeps the name for the hold's minimum.
+		floor = h.floor()
 	}
 	if renewing != nil {
 		select {

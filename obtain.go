@@ -42,6 +42,9 @@ func (c *Client) obtain(ctx context.Context, name string, limit int, wait bool, 
 	if err := r.s.validate(); err != nil {
 		return nil, err
 	}
+	if r.s.lockDelay > 0 && !c.expires {
+		return nil, invalidf("WithLockDelay needs a store that ends a lock by its TTL: this backend's locks end with its session")
+	}
 	if limit > 0 && (r.s.weight < 0 || r.s.weight > limit) {
 		return nil, invalidf("semaphore %q: weight %d: want 1 to the limit, %d", name, r.s.weight, limit)
 	}
@@ -176,7 +179,7 @@ func (c *Client) attempt(ctx context.Context, r *request, queue Queue) (*Lock, e
 		var buf [32]byte
 		hold = string(strconv.AppendUint(append(buf[:0], c.holdPrefix...), c.holdSeq.Add(1), 36))
 	}
-	req := Request{Name: r.name, Owner: r.owner, Hold: hold, TTL: r.s.ttl, Meta: r.s.meta, Renewed: !r.s.noWatchdog, Limit: r.limit, Weight: r.s.weight}
+	req := Request{Name: r.name, Owner: r.owner, Hold: hold, TTL: r.s.ttl + r.s.lockDelay, Meta: r.s.meta, Renewed: !r.s.noWatchdog, Limit: r.limit, Weight: r.s.weight}
 	start := c.now()
 	var g Grant
 	var err error
@@ -192,6 +195,15 @@ func (c *Client) attempt(ctx context.Context, r *request, queue Queue) (*Lock, e
 		if g.Waited && r.waited {
 			// The line's one wake: the grant, after its time in line.
 			c.emit(Event{Kind: EventWaited, Name: r.name, Duration: c.now().Sub(r.waitedAt), Owner: r.owner, Context: r.vctx})
+		}
+		if r.s.lockDelay > 0 && g.Validity > 0 && trusted(min(g.Validity, req.TTL), r.s.lockDelay) <= 0 {
+			// Handed over for a claim shorter than the delay: renewed at once to the whole TTL
+			// before it is handed out, or it would be lost at once.
+			sent := c.now()
+			rn := c.b.Renew(ctx, []Lease{{Name: r.name, Owner: r.owner, TTL: req.TTL, Token: g.Token, Limit: r.limit}})
+			if len(rn) > 0 && rn[0].Err == nil {
+				g.Elapsed, g.Validity = sent.Sub(start), rn[0].Validity
+			}
 		}
 		lock, err = c.grant(r, hold, start, g)
 	} else if held := (*HeldError)(nil); errors.As(err, &held) {
@@ -228,12 +240,12 @@ var errStale = errors.New("the store's grant was overtaken by a later lock of th
 // grant turns a backend's grant, asked for at start, into a Lock: a handle of the owner's
 // hold of that lock (same token), or of a new hold.
 func (c *Client) grant(r *request, holdID string, start time.Time, g Grant) (*Lock, error) {
-	v := r.s.ttl
+	v := r.s.ttl + r.s.lockDelay
 	if g.Validity > 0 && g.Validity < v {
 		v = g.Validity
 	}
 	sent := start.Add(max(g.Elapsed, 0))
-	deadline := sent.Add(v - drift(v))
+	deadline := sent.Add(trusted(v, r.s.lockDelay))
 	if late := c.now().Sub(deadline); late >= 0 {
 		// Whatever the store granted may be another holder's by now.
 		return nil, fmt.Errorf("%w: the grant of %q arrived %v after its validity had passed", ErrUnavailable, r.name, late)

@@ -34,6 +34,7 @@ type settings struct {
 	reenter     bool // a permit may be re-entered through its context (RWLock)
 	maxHold     time.Duration
 	minHold     time.Duration
+	lockDelay   time.Duration
 }
 
 // WithWeight makes a semaphore's Acquire take n of its permits at once. Default: 1. A lock
@@ -106,6 +107,17 @@ func WithMaxHold(d time.Duration) Option { return func(s *settings) { s.maxHold 
 // hold's minimum counts: the lock is kept until the latest of them. Default: none.
 func WithMinHold(d time.Duration) Option { return func(s *settings) { s.minHold = d } }
 
+// WithLockDelay keeps a lock its holder lost without releasing it — its TTL ran out, its
+// process paused or was cut off — from every other holder for d after its holder stopped
+// trusting it: the store keeps the lock d longer than the Client does. A holder paused past its
+// validity, which may still send a write it prepared, then meets no new holder for d: the
+// lock-delay of Chubby and Consul. A Release frees the name at once. It slows every failover
+// by d, which is why it is off by default. It needs a store that ends a lock by its TTL
+// (Redis, Redlock, the memory store: see Expirer); on etcd and ZooKeeper, whose locks end
+// with their session, an Obtain with it is refused with ErrInvalid. The delay is the first
+// hold's. Default: none.
+func WithLockDelay(d time.Duration) Option { return func(s *settings) { s.lockDelay = d } }
+
 // floor is when the minimum hold of a grant whose request was sent at sent ends; zero for none.
 func (s *settings) floor(sent time.Time) time.Time {
 	if s.minHold <= 0 {
@@ -147,6 +159,13 @@ func (s *settings) validate() error {
 	}
 	if s.maxHold < 0 {
 		return invalidf("max hold must not be negative, got %v", s.maxHold)
+	}
+	if s.lockDelay < 0 || s.lockDelay%time.Millisecond != 0 {
+		return invalidf("lock delay %v is negative or not a whole number of milliseconds", s.lockDelay)
+	}
+	if s.lockDelay > 0 && trusted(s.ttl+s.lockDelay, s.lockDelay) < s.ttl/2 {
+		// The drift allowance counts on what the store keeps, TTL and delay together.
+		return invalidf("lock delay %v is too long for TTL %v: the drift allowance of %v on both leaves less than half the TTL trusted", s.lockDelay, s.ttl, drift(s.ttl+s.lockDelay))
 	}
 	if s.minHold < 0 {
 		return invalidf("min hold must not be negative, got %v", s.minHold)

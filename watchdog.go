@@ -255,7 +255,7 @@ func (w *watchdog) renew(batch []*hold, done chan struct{}) {
 		}
 		switch {
 		case r.Err == nil:
-			if _, ok := h.renewed(sent, leases[i].TTL, r.Validity, false); ok {
+			if _, ok := h.renewed(sent, leases[i].TTL-h.delay, r.Validity, false); ok {
 				w.c.emit(Event{Kind: EventRenewed, Name: h.name, Token: h.token, Duration: took, Owner: h.owner})
 			}
 		case errors.Is(r.Err, ErrNotHeld):

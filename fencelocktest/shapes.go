@@ -689,3 +689,77 @@ func (s suite) obtainAll(t *testing.T) {
 		_ = again.Release(ctx)
 	}
 }
+
+// WithLockDelay, on a store that ends locks by their TTL: a holder that stops renewing is
+// trusted for its TTL, and the store keeps the lock from others for the delay after that; a
+// waiter handed the lock for a claim shorter than its delay is renewed before Obtain returns;
+// a Release frees the name at once. A store whose locks end with a session refuses it.
+func (s suite) lockDelay(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	delay := s.TTL
+	a, b := s.client(t), s.client(t)
+	waiting := make(chan struct{}, 1)
+	w := s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
+		if e.Kind == fencelock.EventWaiting {
+			select {
+			case waiting <- struct{}{}:
+			default:
+			}
+		}
+	}))
+	start := time.Now()
+	lock, err := a.Obtain(ctx, name, fencelock.WithLockDelay(delay), fencelock.WithWatchdog(false))
+	if _, expires := s.New(t).(fencelock.Expirer); !expires {
+		if !errors.Is(err, fencelock.ErrInvalid) {
+			t.Fatalf("WithLockDelay on a store whose locks end with a session: %v, want ErrInvalid", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if until := lock.ValidUntil().Sub(start); until > s.TTL {
+		t.Fatalf("trusted %v after the call began, past its %v TTL", until, s.TTL)
+	}
+	next, err := b.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < s.TTL+delay {
+		t.Fatalf("the next holder was served %v after the first one's call began, within its TTL %v and delay %v", took, s.TTL, delay)
+	}
+	// A waiter whose delay is longer than the claim a hand-over gives (Redis: 5 s at most).
+	done := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := w.Obtain(ctx, name, fencelock.WithLockDelay(6*time.Second))
+		if err != nil {
+			t.Errorf("a waiter under a 6 s delay: %v", err)
+		}
+		done <- l
+	}()
+	select {
+	case <-waiting:
+	case <-ctx.Done():
+		t.Fatal("the waiter never began to wait")
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	handed := <-done
+	if handed == nil {
+		return
+	}
+	if err := handed.Valid(); err != nil || time.Until(handed.ValidUntil()) < s.TTL/2 {
+		t.Fatalf("a waiter handed the lock under a 6 s delay: %v, trusted for %v; want most of its %v TTL", err, time.Until(handed.ValidUntil()), s.TTL)
+	}
+	// A Release frees the name at once, whatever the delay.
+	if err := handed.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.TryObtain(ctx, name)
+	if err != nil {
+		t.Fatalf("TryObtain right after a release under a 6 s delay: %v", err)
+	}
+	_ = again.Release(ctx)
+}

@@ -69,6 +69,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("MaxHold", s.maxHold)
 	t.Run("MinHold", s.minHold)
 	t.Run("ObtainAll", s.obtainAll)
+	t.Run("LockDelay", s.lockDelay)
 }
 
 type suite struct{ Target }

@@ -34,7 +34,8 @@ import (
 //     two limits at once;
 //   - a grant's token above every token granted to another owner before its call began;
 //   - no other owner granted a lock before the WithMinHold of a lock released early has
-//     passed, and no lock believed valid past its WithMaxHold;
+//     passed, and no lock believed valid past its WithMaxHold (locks drawn with a
+//     WithLockDelay too, under the checkers above);
 //   - Done closed by the validity deadline;
 //   - every call back by its context's deadline plus the README's slack;
 //   - no goroutine left once every Client closed (synctest fails the test otherwise).
@@ -514,6 +515,12 @@ func (s *sim) lockStep(ctx context.Context, worker, seq int, c *fencelock.Client
 			minHold = 0
 		}
 		opts = append(opts[:len(opts):len(opts)], fencelock.WithMinHold(minHold), fencelock.WithMaxHold(maxHold))
+		if d := simHolds[p.IntN(len(simHolds))]; p.IntN(8) == 0 {
+			// The store keeps the lock this much past the Client's trust: the checkers of
+			// believed-valid holders see its trust, the store's grants its TTL. (A delay too
+			// long for the TTL is refused: bad input the sim draws too.)
+			opts = append(opts, fencelock.WithLockDelay(d))
+		}
 	}
 	obtain := func(ctx context.Context) (*fencelock.Lock, error) {
 		switch {
@@ -646,7 +653,7 @@ func (s *sim) obtain(ctx context.Context, worker, seq, ci int, class, name strin
 		<-lock.Context().Done()
 		if now, until := clock(), lock.ValidUntil(); now.After(until.Add(time.Millisecond)) {
 			s.mu.Lock()
-			s.flag("%s %s: Done closed %v after the validity deadline", class, name, now.Sub(until))
+			s.flag("%s %s: Done closed %v after the validity deadline, token %d count %d granted %v cause %v", class, name, now.Sub(until), lock.Token(), lock.HoldCount(), h.granted.Sub(simEpoch), context.Cause(lock.Context()))
 			s.mu.Unlock()
 		}
 	}()
