@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/redisbackend"
 )
 
 // A lost lock while the command is stopped (SIGSTOP): the command gets SIGTERM and then
@@ -59,5 +63,47 @@ func TestRunReleaseUnreachable(t *testing.T) {
 	touch(t, dir+"/go")
 	if code := p.wait(t); code != exitFailure || !strings.Contains(p.errb.String(), "release") {
 		t.Fatalf("exit %d (want %d), stderr %q", code, exitFailure, p.errb.String())
+	}
+}
+
+// --max-hold with run itself stopped (SIGSTOP) past its cap and its TTL: another holder gets
+// the lock meanwhile; once run resumes it ends its command as a lost lock (exit 76), and leaves
+// the new holder's lock alone.
+func TestRunPausedPastItsCap(t *testing.T) {
+	r, env := redisEnv(t)
+	start := time.Now()
+	dir := t.TempDir()
+	p := startRun(t, env, "run", "--ttl", "1s", "--max-hold", "1500ms", "--kill-after", "1s", "paused-cap", "--", "sh", "-c",
+		fmt.Sprintf(`touch %s/started; exec sleep 30`, dir))
+	waitFile(t, dir+"/started") // run holds the lock and has started its command
+	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT)
+		}
+	}()
+	other := fencelock.New(redisbackend.New(r.ClientT(t)))
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	next, err := other.Obtain(ctx, "paused-cap", fencelock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	time.Sleep(time.Until(start.Add(1500 * time.Millisecond))) // past the cap, whatever the machine's pace
+	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	if code := p.wait(t); code != exitLost {
+		t.Fatalf("run resumed past its cap exited %d, want %d; stderr %q", code, exitLost, p.errb.String())
+	}
+	info, err := other.Inspect(ctx, "paused-cap")
+	if err != nil || !info.Held || info.Token != next.Token() {
+		t.Fatalf("the new holder's lock once run resumed and exited: %+v, %v; want token %d held", info, err, next.Token())
 	}
 }
