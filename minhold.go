@@ -10,9 +10,10 @@ import (
 
 // Expirer is implemented by backends whose store ends a lock by its TTL alone (Redis, Redlock,
 // the memory store): a Refresh that sets a TTL makes the lock go when it runs out, whether its
-// holder lives or not. WithMinHold then leaves a lock released early to that TTL. A backend
-// whose locks live as long as a session (etcd, ZooKeeper) does not implement it: the Client
-// keeps such a lock until the minimum has passed, then releases it.
+// holder lives or not. WithMinHold then leaves a lock released early to that TTL, and
+// WithLockDelay asks for the delay on top of it. A backend whose locks live as long as a
+// session (etcd, ZooKeeper) does not implement it: the Client keeps a lock released early
+// until its minimum has passed, then releases it, and refuses a lock delay.
 type Expirer interface {
 	// ExpiresByTTL reports whether locks go when the TTL a Refresh set runs out.
 	ExpiresByTTL() bool
