@@ -32,6 +32,7 @@ type runFlags struct {
 	killAfter    time.Duration
 	maxHold      time.Duration
 	minHold      time.Duration
+	lockDelay    time.Duration
 	permits      int // with N > 0, NAME is a semaphore of N permits and run takes one
 	restart      bool
 	again        bool // waiting again after a lost lock (--restart): the backend may be away
@@ -128,6 +129,7 @@ func newRunCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&f.conflictCode, "conflict-exit-code", exitConflict, "exit code when the lock is held elsewhere")
 	cmd.Flags().BoolVar(&f.restart, "restart", false, "after a lost lock, wait for it again without limit and run the command again (a daemon under a leader election)")
 	cmd.Flags().IntVarP(&f.permits, "permits", "n", 0, "take one of N permits of the semaphore NAME instead of the lock NAME (Redis, etcd, ZooKeeper)")
+	cmd.Flags().DurationVar(&f.lockDelay, "lock-delay", 0, "when run loses the lock without releasing it (paused, cut off), keep it from others this much longer than run trusted it (Redis and Redlock only); 0 for none")
 	cmd.Flags().DurationVar(&f.minHold, "min-hold", 0, "keep the lock at least this long after it was obtained, however soon the command ends (cron on hosts whose clocks differ does not run the job twice); 0 for none")
 	cmd.Flags().DurationVar(&f.maxHold, "max-hold", 0, "end the command as a lost lock does once it has held the lock this long (a hung job lets go); 0 for no cap")
 	cmd.Flags().DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after a lost lock, SIGKILL the command this long after SIGTERM; 0 never sends SIGKILL")
@@ -172,6 +174,9 @@ func run(ctx context.Context, g *globals, f *runFlags, name string, argv []strin
 	}
 	if f.maxHold < 0 {
 		return exitf(exitUsage, "--max-hold %v is negative: give how long the command may hold the lock, or 0 for no cap", f.maxHold)
+	}
+	if f.lockDelay < 0 {
+		return exitf(exitUsage, "--lock-delay %v is negative: give how long a lost lock stays taken after run stops trusting it, or 0 for none", f.lockDelay)
 	}
 	if f.minHold < 0 {
 		return exitf(exitUsage, "--min-hold %v is negative: give how long the lock stays held at least, or 0 for none", f.minHold)

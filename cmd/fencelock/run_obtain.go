@@ -56,7 +56,7 @@ func obtainOnce(ctx context.Context, st *store, locker *fencelock.Client, f *run
 	if err := st.ping(ctx); err != nil && !f.again {
 		return nil, err // a daemon waiting again waits through an outage, as Obtain does
 	}
-	opts := []fencelock.Option{fencelock.WithTTL(f.ttl), fencelock.WithMetadata(holderMeta(command)), fencelock.WithMaxHold(f.maxHold), fencelock.WithMinHold(f.minHold)}
+	opts := []fencelock.Option{fencelock.WithTTL(f.ttl), fencelock.WithMetadata(holderMeta(command)), fencelock.WithMaxHold(f.maxHold), fencelock.WithMinHold(f.minHold), fencelock.WithLockDelay(f.lockDelay)}
 	try, wait := locker.TryObtain, locker.Obtain
 	if f.permits > 0 {
 		sem := locker.Semaphore(name, f.permits)

@@ -107,3 +107,34 @@ func TestRunPausedPastItsCap(t *testing.T) {
 		t.Fatalf("the new holder's lock once run resumed and exited: %+v, %v; want token %d held", info, err, next.Token())
 	}
 }
+
+// --lock-delay with run stopped (SIGSTOP) while it holds the lock: the lock stays taken for the
+// delay after its TTL, so the next holder is served no sooner than TTL + delay after run began;
+// a negative delay is a usage error.
+func TestRunLockDelayPaused(t *testing.T) {
+	r, env := redisEnv(t)
+	dir := t.TempDir()
+	start := time.Now()
+	p := startRun(t, env, "run", "--ttl", "1s", "--lock-delay", "2s", "--kill-after", "1s", "delayed", "--", "sh", "-c",
+		fmt.Sprintf(`touch %s/started; exec sleep 30`, dir))
+	waitFile(t, dir+"/started")
+	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT) }()
+	other := fencelock.New(redisbackend.New(r.ClientT(t)))
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	next, err := other.Obtain(ctx, "delayed", fencelock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	if took := time.Since(start); took < 3*time.Second {
+		t.Fatalf("the next holder was served %v after run began, within its 1 s TTL and 2 s delay", took)
+	}
+	if res := cli(t, 30*time.Second, env, "run", "--lock-delay", "-1s", "x", "--", "true"); res.code != exitUsage {
+		t.Fatalf("--lock-delay -1s: exit %d, want %d", res.code, exitUsage)
+	}
+}
