@@ -59,14 +59,7 @@ func TestMinHoldKeepsTheNameUntilItsEnd(t *testing.T) {
 				if at := time.Since(start); at != want {
 					t.Fatalf("Close returned %v after the grant, want %v", at, want)
 				}
-				next, err := b.Obtain(ctx, "nightly", fencelock.WithTTL(time.Second))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer next.Release(context.Background())
-				if at := time.Since(start); at != 5*time.Second {
-					t.Fatalf("the next holder was served %v after the first one's grant, want at the 5 s minimum", at)
-				}
+				servedAt(t, b, "nightly", start, 5*time.Second)
 			})
 		})
 	}
@@ -177,14 +170,7 @@ func TestMinHoldOutlivesTheCapAndClose(t *testing.T) {
 				if lock.Valid() == nil {
 					t.Fatal("the lock is trusted still")
 				}
-				next, err := b.Obtain(ctx, "nightly", fencelock.WithTTL(time.Second))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer next.Release(context.Background())
-				if at := time.Since(start); at != 5*time.Second {
-					t.Fatalf("the next holder was served %v after the first one's grant, want at its 5 s minimum", at)
-				}
+				servedAt(t, b, "nightly", start, 5*time.Second)
 			})
 		})
 	}
@@ -211,13 +197,20 @@ func TestMinHoldLostThenReleasedKeepsTheName(t *testing.T) {
 		if err := lock.Release(ctx); !errors.Is(err, fencelock.ErrNotHeld) || !errors.Is(err, fencelock.ErrLost) {
 			t.Fatalf("the release of a lock lost at its deadline: %v, want ErrNotHeld and ErrLost", err)
 		}
-		next, err := b.Obtain(ctx, "nightly", fencelock.WithTTL(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer next.Release(context.Background())
-		if at := time.Since(start); at != 5*time.Second {
-			t.Fatalf("the next holder was served %v after the first one's grant, want at its 5 s minimum", at)
-		}
+		servedAt(t, b, "nightly", start, 5*time.Second)
 	})
+}
+
+// servedAt obtains name on c and checks, in virtual time, that the grant came want after start:
+// when the first holder's minimum or cap let the name go, not before, not later.
+func servedAt(t *testing.T, c *fencelock.Client, name string, start time.Time, want time.Duration) {
+	t.Helper()
+	next, err := c.Obtain(t.Context(), name, fencelock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(context.Background())
+	if at := time.Since(start); at != want {
+		t.Fatalf("the next holder was served %v after the first one's grant, want %v", at, want)
+	}
 }
