@@ -51,13 +51,7 @@ func (c *Client) obtainAll(ctx context.Context, names []string, wait bool, opts 
 	if sorted[0] == "" {
 		return nil, invalidf("empty lock name")
 	}
-	var s settings
-	for _, o := range opts {
-		if o != nil {
-			o(&s)
-		}
-	}
-	if s.hasWait && s.waitTimeout > 0 {
+	if s := c.settings(opts); s.hasWait && s.waitTimeout > 0 {
 		// The timeout bounds the call, not each name's wait.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.waitTimeout)

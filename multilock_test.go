@@ -211,3 +211,36 @@ func names(locks []*fencelock.Lock) []string {
 	}
 	return out
 }
+
+// A wait timeout given as a Client default bounds the whole ObtainAll too, not each name's
+// wait: b comes free after 700 ms and c never, so a per-name bound would return at 1.7 s.
+func TestObtainAllDefaultWaitTimeoutBoundsTheCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memorybackend.New()
+		a := fencelock.New(store.Backend(), fencelock.WithDefaults(fencelock.WithWaitTimeout(time.Second)))
+		other := fencelock.New(store.Backend())
+		defer a.Close()
+		defer other.Close()
+		ctx := t.Context()
+		b, err := other.Obtain(ctx, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := other.Obtain(ctx, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release(context.Background())
+		go func() {
+			time.Sleep(700 * time.Millisecond)
+			_ = b.Release(context.Background())
+		}()
+		start := time.Now()
+		if _, err := a.ObtainAll(ctx, []string{"a", "b", "c"}); !errors.Is(err, fencelock.ErrNotObtained) {
+			t.Fatalf("ObtainAll past its default wait timeout: %v", err)
+		}
+		if took := time.Since(start); took != time.Second {
+			t.Fatalf("ObtainAll with a 1 s default wait timeout returned after %v", took)
+		}
+	})
+}
