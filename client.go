@@ -114,12 +114,14 @@ func (c *Client) Close() error {
 	for _, h := range holds {
 		lease := h.lease()
 		handles := h.loseHandles(ErrClosed, true)
-		if floor := h.floor(); len(handles) > 0 && c.now().Before(floor) {
+		switch floor := h.floor(); {
+		case len(handles) == 0:
+		case c.now().Before(floor):
 			// A minimum hold still running keeps the name taken until it ends.
 			for _, lc := range handles {
 				c.keepInBackground(lease, lc.id, floor, true)
 			}
-		} else if len(handles) > 0 {
+		default:
 			c.releaseAll(lease, handles)
 		}
 	}

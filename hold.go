@@ -348,9 +348,10 @@ func (h *hold) floor() time.Time {
 // drop releases the handle ctx, and returns the renewal in flight, if any, for Release to wait
 // for before it sends its own: a Refresh counted this handle among the holds it may cut short
 // (Lease.Holds), and must reach the store first. When it was the last handle, the hold ends as
-// released, and floor is when its minimum hold ends (zero for none): a release before then
-// leaves the lock held. wasLost says the hold was lost before: its EventLost counted this
-// handle; settled that the Client ends its hold in the store itself.
+// released. floor is when its minimum hold ends (zero for none), for the last handle and for
+// any handle of a lost hold: a release before then leaves the lock held. wasLost says the
+// hold was lost before: its EventLost counted this handle; settled that the Client ends its
+// hold in the store itself.
 func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}, wasLost, settled bool, floor time.Time) {
 	h.mu.Lock()
 	for i, lc := range h.handles {
@@ -362,10 +363,15 @@ func (h *hold) drop(ctx *lockContext) (renewing <-chan struct{}, wasLost, settle
 	h.refs--
 	if h.refs > 0 || h.phase != live {
 		wasLost, settled = h.phase == lost, h.phase == lost && h.settled
+		if wasLost {
+			// Lost but not settled (under a lock delay, or lost as the store said): a late
+			// release still keeps the name for the hold's minimum.
+			floor = h.floorAt
+		}
 		renewing = h.renewing
 		h.mu.Unlock()
 		ctx.cancel(releasedError{})
-		return renewing, wasLost, settled, time.Time{}
+		return renewing, wasLost, settled, floor
 	}
 	h.phase = released
 	h.cause = releasedError{}

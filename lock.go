@@ -256,11 +256,6 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: l.c.now().Sub(h.obtained), Err: err, Owner: h.owner, Context: ctx, Lost: lost})
 		return err
 	}
-	if lost {
-		// Lost but not settled (under a lock delay, or lost as the store said): a late
-		// release still keeps the name for the hold's minimum.
-		floor = h.floor()
-	}
 	if renewing != nil {
 		select {
 		case <-renewing:
