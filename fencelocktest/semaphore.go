@@ -35,6 +35,7 @@ func RunSemaphore(t *testing.T, target Target) {
 	t.Run("CloseReleases", s.semCloseReleases)
 	t.Run("ReentryUnderAnotherLimit", s.semReentryUnderAnotherLimit)
 	t.Run("StaleReleaseLeavesTheOwnersNextPermit", s.semStaleReleaseLeavesTheOwnersNextPermit)
+	t.Run("LockDelay", s.semLockDelay)
 }
 
 // The limit is honoured, permits have tokens that increase, and a released permit goes to
@@ -261,6 +262,56 @@ func (s suite) semCrashedHolder(t *testing.T) {
 	if waited := time.Since(start); waited > 5*s.TTL {
 		t.Fatalf("the dead holder's permit came back after %v; its TTL was %v", waited, s.TTL)
 	}
+}
+
+// WithLockDelay on a permit, on a store that ends locks by their TTL: a permit its holder lost
+// without releasing it (nothing renewed it) stays taken for the delay after its holder stopped
+// trusting it, while the semaphore's other permit is free to take; a released permit is free at
+// once. A store whose locks end with a session refuses it.
+func (s suite) semLockDelay(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	delay := s.TTL
+	a, b := s.client(t), s.client(t)
+	start := time.Now()
+	lost, err := a.Semaphore(name, 2).Acquire(ctx, fencelock.WithLockDelay(delay), fencelock.WithWatchdog(false))
+	if _, expires := s.New(t).(fencelock.Expirer); !expires {
+		if !errors.Is(err, fencelock.ErrInvalid) {
+			t.Fatalf("WithLockDelay on a store whose locks end with a session: %v, want ErrInvalid", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if until := lost.ValidUntil().Sub(start); until > s.TTL {
+		t.Fatalf("trusted %v after the call began, past its %v TTL", until, s.TTL)
+	}
+	// The other permit is free, and a release under a delay frees it at once.
+	other, err := b.Semaphore(name, 2).TryAcquire(ctx, fencelock.WithLockDelay(delay))
+	if err != nil {
+		t.Fatalf("TryAcquire of the second of 2 permits: %v", err)
+	}
+	if err := other.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.Semaphore(name, 2).TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire right after a release under a delay: %v", err)
+	}
+	// With both permits taken, the next is served once the lost one's delay has passed.
+	next, err := s.client(t).Semaphore(name, 2).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < s.TTL+delay {
+		t.Fatalf("a permit was served %v after the lost one's call began, within its TTL %v and delay %v", took, s.TTL, delay)
+	}
+	if <-lost.Context().Done(); !errors.Is(context.Cause(lost.Context()), fencelock.ErrLost) {
+		t.Fatalf("the lost permit's context ended with %v, want ErrLost", context.Cause(lost.Context()))
+	}
+	_ = next.Release(ctx)
+	_ = again.Release(ctx)
 }
 
 // A permit removed behind its holder's back ends its context, and the stale holder's release
