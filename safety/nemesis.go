@@ -95,6 +95,33 @@ type stepPlan struct {
 	Burst    int           // goroutines of a burst
 	Actions  []action      // what a holder does, in order, before it releases
 	Release  time.Duration // the release's context deadline
+	// The lease policy (WithMaxHold, WithMinHold, WithLockDelay; zero for none), drawn by
+	// drawLease on a stream of its own.
+	MaxHold, MinHold, Delay time.Duration
+}
+
+// drawLease draws a step's lease policy: now and then a cap (WithMaxHold) shorter than many
+// of the holds, so that holders reach it while they act; a minimum (WithMinHold) that outlasts
+// most of the holds, so that releases come before it; and, where the store ends locks by their
+// TTL (delays), a lock delay. It draws the same numbers whatever it keeps, so that the steps
+// after stay as they were. A minimum longer than the cap is invalid: it is cut to the cap.
+func drawLease(r *rand.Rand, s *stepPlan, delays bool) {
+	capped, floored, delayed := r.IntN(4) == 0, r.IntN(4) == 0, r.IntN(4) == 0
+	maxHold := []time.Duration{300, 1000, 3000}[r.IntN(3)] * time.Millisecond
+	minHold := []time.Duration{100, 500, 1500}[r.IntN(3)] * time.Millisecond
+	delay := []time.Duration{200, 1000}[r.IntN(2)] * time.Millisecond
+	if capped {
+		s.MaxHold = maxHold
+	}
+	if floored {
+		s.MinHold = minHold
+		if capped {
+			s.MinHold = min(minHold, maxHold)
+		}
+	}
+	if delayed && delays {
+		s.Delay = delay
+	}
 }
 
 // action is one thing a holder does.

@@ -75,6 +75,11 @@ type nemesisVerdict struct {
 	Probes                                       int           // live names found held by a probe, and Inspect said by whom
 	Excused                                      int           // of their holders, those something in the history excused (checker k)
 	Unnamed                                      int           // and those whose owner no event named
+	// Capped, Floored and Delayed count the first grants of a cap, a minimum and a lock delay.
+	Capped, Floored, Delayed int
+	// EarlyReleases and DelayedLosses count the holds checkers n and o looked at: released
+	// before their minimum, lost under a delay.
+	EarlyReleases, DelayedLosses int
 }
 
 func (v *nemesisVerdict) flag(checker string, worker int, format string, args ...any) {
@@ -115,7 +120,7 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 // check runs every checker over h.
 func (h *nemesisHistory) check() *nemesisVerdict {
 	v := &nemesisVerdict{Found: map[string]int{}, Samples: map[string][]string{}, Workers: map[string][]int{}, Faults: len(h.Faults)}
-	for _, c := range []string{chkStale, chkOrder, chkOverlap, chkDone, chkCall, chkNoTTL, chkLeak, chkSpurious, chkReentryAnew, chkHeldForNone, chkInvalid, chkExit} {
+	for _, c := range []string{chkStale, chkOrder, chkOverlap, chkDone, chkCall, chkNoTTL, chkLeak, chkSpurious, chkReentryAnew, chkHeldForNone, chkInvalid, chkCap, chkFloor, chkDelay, chkExit} {
 		v.Found[c] = 0
 	}
 	if h.Backend == "redis" || h.Backend == "redlock" {
@@ -134,6 +139,7 @@ func (h *nemesisHistory) check() *nemesisVerdict {
 	h.checkPermits(v)
 	h.checkHeldForNone(v)
 	h.checkInvalid(v)
+	h.checkLease(v)
 	for _, k := range h.NoTTL {
 		v.flag(chkNoTTL, -1, "%s", k)
 	}
@@ -402,7 +408,12 @@ func (h *nemesisHistory) checkTimes(v *nemesisVerdict) {
 		// A queued Redis grant may be a hand-over, trusted for less by design: on Redis only a
 		// TryObtain's grant is made by one request.
 		if e.K == "grant" && e.Count == 1 && e.Op != "reenter" && shared[lockKey{e.Owner, e.Tok}] == 1 && (h.Backend == "redlock" || h.Backend == "redis" && e.Op == "try") {
-			want := e.Start + int64(e.TTL-drift(e.TTL)-time.Millisecond)
+			// A lock delay is kept by the store beyond the TTL, and the drift allowance counts
+			// on both; a cap ends the validity from the grant's arrival, after the start.
+			want := e.Start + int64(e.TTL-drift(e.TTL+e.Delay)-time.Millisecond)
+			if e.MaxHold > 0 {
+				want = min(want, e.Start+int64(e.MaxHold-time.Millisecond))
+			}
 			if e.Valid < want {
 				v.flag(chkValidity, e.W, "%s: worker %d's grant with TTL %v trusted %v less than TTL − drift from the call's start",
 					e.Name, e.W, e.TTL, time.Duration(want-e.Valid)+time.Millisecond)
@@ -451,8 +462,8 @@ func (h *nemesisHistory) checkSpurious(v *nemesisVerdict) {
 				g.Name, e.W, g.Tok, e.Err, time.Duration(again.Ret-e.Ret))
 			continue
 		}
-		if shortest[lockKey{g.Owner, g.Tok}] < spuriousMinTTL {
-			continue
+		if shortest[lockKey{g.Owner, g.Tok}] < spuriousMinTTL || strings.Contains(e.Err, strings.TrimPrefix(fencelock.ErrMaxHold.Error(), "fencelock: ")) {
+			continue // too short to tell, or ended at its cap (checker m)
 		}
 		if firstOf[heldBy{e.W, g.Owner, g.Tok}].NoWatchdog && e.Ret >= e.Valid {
 			continue

@@ -47,6 +47,33 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 	call := func(w int, start, ret, dl int) nemEvent {
 		return nemEvent{W: w, K: "call", Op: "release", Name: "x", Start: ms(start), Ret: ms(ret), Dl: ms(dl)}
 	}
+	// capped is a lock of TTL 5 s and cap maxHold, granted at 10 ms.
+	capped := func(w int, maxHold int) nemEvent {
+		return nemEvent{W: w, K: "grant", Op: "obtain", L: 1, Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: 5 * time.Second, Start: 0, Ret: ms(10),
+			Valid: ms(1000), MaxHold: time.Duration(maxHold) * time.Millisecond}
+	}
+	// floored is a lock of minimum 1 s released at 100 ms (the release's class given), then
+	// another owner's grant returned at taken.
+	floored := func(taken int, class string) []nemEvent {
+		return []nemEvent{
+			{W: 0, K: "grant", Op: "obtain", L: 1, Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(10), Valid: ms(980), MinHold: time.Second},
+			{W: 0, K: "call", Op: "release", L: 1, Name: "x", Owner: "a", Tok: 1, Start: ms(100), Ret: ms(105), Class: class},
+			{W: 1, K: "grant", Op: "obtain", L: 2, Name: "x", Owner: "b", Tok: 2, Count: 1, TTL: time.Second, Start: ms(50), Ret: ms(taken), Valid: ms(taken + 900)},
+		}
+	}
+	// delayed is a lock of delay 1 s lost at its validity deadline (1 s), or released at 500 ms,
+	// then another owner's grant returned at taken.
+	delayed := func(taken int, released bool) []nemEvent {
+		es := []nemEvent{
+			{W: 0, K: "grant", Op: "obtain", L: 1, Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(10), Valid: ms(980), Delay: time.Second},
+			{W: 0, K: "done", L: 1, Name: "x", Owner: "a", Tok: 1, Ret: ms(1000), Valid: ms(1000), Lost: !released},
+			{W: 0, K: "call", Op: "release", L: 1, Name: "x", Owner: "a", Tok: 1, Start: ms(500), Ret: ms(505), Class: "ok"},
+		}
+		if !released {
+			es = es[:2]
+		}
+		return append(es, nemEvent{W: 1, K: "grant", Op: "obtain", L: 2, Name: "x", Owner: "b", Tok: 2, Count: 1, TTL: time.Second, Start: ms(50), Ret: ms(taken), Valid: ms(taken + 900)})
+	}
 	for _, tc := range []struct {
 		checker    string
 		bad, clean nemesisHistory
@@ -152,6 +179,33 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 			nemesisHistory{Backend: "redis", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Minute, Start: 0, Ret: ms(5), Valid: ms(2000)}}},
 			nemesisHistory{Backend: "redis", Events: []nemEvent{{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Minute, Start: 0, Ret: ms(5), Valid: ms(2000)},
 				{W: 0, K: "grant", Op: "try", Name: "x", Owner: "a", Tok: 1, Count: 2, TTL: time.Minute, Start: 0, Ret: ms(4), Valid: ms(2000)}}}},
+		{chkCap, // a Refresh's validity past the cap; a cap loss is not a spurious one (g)
+			nemesisHistory{Backend: "redis", Events: []nemEvent{capped(0, 1000),
+				{W: 0, K: "call", Op: "refresh", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 5 * time.Second, Start: ms(500), Ret: ms(510), Valid: ms(1020), Class: "ok"}}},
+			nemesisHistory{Backend: "redis", Events: []nemEvent{capped(0, 1000),
+				{W: 0, K: "call", Op: "refresh", L: 1, Name: "x", Owner: "a", Tok: 1, TTL: 5 * time.Second, Start: ms(500), Ret: ms(510), Valid: ms(1010), Class: "ok"},
+				{W: 0, K: "done", L: 1, Name: "x", Owner: "a", Tok: 1, Ret: ms(1010), Valid: ms(1010), Lost: true, Err: fencelock.ErrMaxHold.Error()}}}},
+		{chkSpurious, // a lock lost with no fault near it, but not one ended at its cap
+			nemesisHistory{Backend: "redis", Events: []nemEvent{capped(0, 1000),
+				{W: 0, K: "done", L: 1, Name: "x", Owner: "a", Tok: 1, Ret: ms(900), Valid: ms(1000), Lost: true, Err: "fencelock: lock lost: gone"}}},
+			nemesisHistory{Backend: "redis", Events: []nemEvent{capped(0, 1000),
+				{W: 0, K: "done", L: 1, Name: "x", Owner: "a", Tok: 1, Ret: ms(1010), Valid: ms(1010), Lost: true,
+					Err: "fencelock: lock lost: held for the longest WithMaxHold allows: 1s after its grant"}}}}, // as a run reported it
+		{chkFloor, // taken 400 ms into a 1 s minimum; or after it, or after a release that failed, or a key deleted
+			nemesisHistory{Backend: "redis", Events: floored(400, "ok")},
+			nemesisHistory{Backend: "redis", Events: floored(1001, "ok")}},
+		{chkFloor,
+			nemesisHistory{Backend: "redis", Events: floored(400, "ok")},
+			nemesisHistory{Backend: "redis", Events: floored(400, "unavailable")}},
+		{chkFloor,
+			nemesisHistory{Backend: "etcd", Events: floored(400, "ok"), Faults: []faultRecord{{Kind: "delete-key", From: ms(2000), To: ms(2100), Worker: -1, Name: "x", DataLoss: true}}},
+			nemesisHistory{Backend: "etcd", Events: floored(400, "ok"), Faults: []faultRecord{{Kind: "pause-worker", From: ms(150), To: ms(300), Worker: 0, Server: -1}}}},
+		{chkDelay, // taken 300 ms after a lost lock's validity, within its 1 s delay; or after it, or after a release
+			nemesisHistory{Backend: "redis", Events: delayed(1300, false)},
+			nemesisHistory{Backend: "redis", Events: delayed(2001, false)}},
+		{chkDelay,
+			nemesisHistory{Backend: "redis", Events: delayed(1300, false)},
+			nemesisHistory{Backend: "redis", Events: delayed(1300, true)}},
 	} {
 		if v := tc.bad.check(); v.Found[tc.checker] == 0 {
 			t.Errorf("%s did not fire on %+v", tc.checker, tc.bad)

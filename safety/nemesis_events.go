@@ -47,6 +47,11 @@ type nemEvent struct {
 	Bad bool `json:"bad,omitempty"`
 	// Holders is, for a probe, who Inspect said holds the name: each holder's owner and token.
 	Holders []nemHolder `json:"hs,omitempty"`
+	// MaxHold, MinHold and Delay are, for a grant or a failure, the lease policy the call asked
+	// for (WithMaxHold, WithMinHold, WithLockDelay).
+	MaxHold time.Duration `json:"mh,omitempty"`
+	MinHold time.Duration `json:"mn,omitempty"`
+	Delay   time.Duration `json:"dly,omitempty"`
 }
 
 // nemHolder is one holder of a name as the store reported it.

@@ -119,7 +119,7 @@ func (w *nemesisWorker) permitBurst(th int, s stepPlan, rw bool, limit int) {
 func (w *nemesisWorker) permitLoop(s stepPlan, limit int, d time.Duration) {
 	for i, end := 0, time.Now().Add(d); time.Now().Before(end) && time.Now().Before(w.until); i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(20+i*37%200)*time.Millisecond)
-		g := grantOf{Op: s.Op, Name: s.Name, TTL: s.TTL, Watchdog: s.Watchdog, Limit: limit, Bad: badArgs(s.TTL, 0)}
+		g := grantOf{Op: s.Op, Name: s.Name, TTL: s.TTL, Watchdog: s.Watchdog, Limit: limit, Bad: badArgs(s.TTL, 0, 0)}
 		lock, h := w.obtain(ctx, g, func(ctx context.Context) (*fencelock.Lock, error) {
 			return w.client().Semaphore(s.Name, limit).Acquire(ctx, fencelock.WithTTL(s.TTL), fencelock.WithWatchdog(s.Watchdog))
 		})
@@ -139,7 +139,7 @@ func (w *nemesisWorker) permitLoop(s stepPlan, limit int, d time.Duration) {
 func (w *nemesisWorker) permitStep(th int, s stepPlan, weight, limit int, rw bool, asked func()) {
 	w.out.emit(nemEvent{K: "state", Th: th, State: "waiting"})
 	ctx, cancel := context.WithTimeout(context.Background(), s.Wait)
-	g := grantOf{Op: s.Op, Name: s.Name, TTL: s.TTL, Watchdog: s.Watchdog, Weight: weight, Bad: badArgs(s.TTL, 0)}
+	g := grantOf{Op: s.Op, Name: s.Name, TTL: s.TTL, Watchdog: s.Watchdog, Weight: weight, Bad: badArgs(s.TTL, 0, 0)}
 	if !rw {
 		g.Limit = limit
 	}
@@ -213,7 +213,7 @@ func (w *nemesisWorker) electThread(th int) {
 		w.out.emit(nemEvent{K: "state", Th: th, State: "waiting"})
 		ctx, cancel := context.WithTimeout(context.Background(), s.Wait)
 		e := w.client().Election(s.Name, fencelock.WithTTL(s.TTL), fencelock.WithWatchdog(s.Watchdog))
-		g := grantOf{Op: s.Op, Name: s.Name, TTL: s.TTL, Watchdog: s.Watchdog, Bad: badArgs(s.TTL, 0)}
+		g := grantOf{Op: s.Op, Name: s.Name, TTL: s.TTL, Watchdog: s.Watchdog, Bad: badArgs(s.TTL, 0, 0)}
 		lock, h := w.obtain(ctx, g, func(ctx context.Context) (*fencelock.Lock, error) {
 			l, err := e.Campaign(ctx, fmt.Sprintf("worker %d", w.cfg.ID))
 			if err != nil {
@@ -308,6 +308,6 @@ func (w *nemesisWorker) leadStep(th int, s stepPlan) {
 	ret := time.Now()
 	dl, _ := ctx.Deadline()
 	w.out.emit(w.reported(nemEvent{K: "call", Op: "lead", Name: s.Name, TTL: s.TTL, Start: start.UnixNano(), Ret: ret.UnixNano(), Dl: dl.UnixNano(),
-		Class: errClass(err), Err: errText(err), Bad: badArgs(s.TTL, 0)}))
+		Class: errClass(err), Err: errText(err), Bad: badArgs(s.TTL, 0, 0)}))
 	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
 }

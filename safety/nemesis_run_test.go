@@ -27,6 +27,9 @@ type nemesisRun struct {
 	Names    int
 	Duration time.Duration
 	Broken   map[int]string // worker → broken modes (see brokenModes)
+	// Lease makes the lock threads draw lease policies (drawLease); the regression seeds, found
+	// before there were any, replay without.
+	Lease bool
 	// Faults replaces the faults drawn from the seed, for the broken-worker runs.
 	Faults func(r *rand.Rand, d time.Duration) []faultPlan
 }
@@ -91,7 +94,7 @@ func runNemesis(t *testing.T, c *nemesisCluster, r nemesisRun) *nemesisHistory {
 			addrs = append(addrs, p.Addr)
 		}
 		cfg := nemesisWorkerConfig{ID: w, Seed: seeds.Uint64(), Backend: c.kind, Client: c.client, Addrs: addrs, Session: c.session, Store: url,
-			Names: h.names, Groups: groups, Threads: r.Threads, Permits: c.permits(), Elections: true, Live: true, Until: until.UnixNano(), MinTTL: c.minTTL, MaxTTL: c.maxTTL, Broken: r.Broken[w]}
+			Names: h.names, Groups: groups, Threads: r.Threads, Permits: c.permits(), Elections: true, Live: true, Lease: r.Lease, Until: until.UnixNano(), MinTTL: c.minTTL, MaxTTL: c.maxTTL, Broken: r.Broken[w]}
 		if err := h.spawn(&workers, cfg); err != nil {
 			t.Fatal(err)
 		}

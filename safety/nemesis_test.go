@@ -94,7 +94,9 @@ func TestNemesis(t *testing.T) {
 			}
 			c := b.start(t)
 			for _, seed := range seeds {
-				row := runNemesisChecked(t, b.name, c, nemesisShape(seed, d))
+				r := nemesisShape(seed, d)
+				r.Lease = true
+				row := runNemesisChecked(t, b.name, c, r)
 				rows = append(rows, row)
 			}
 		})
@@ -118,6 +120,8 @@ func runNemesisChecked(t *testing.T, backend string, c *nemesisCluster, r nemesi
 		r.Seed, v.Grants, v.Permits, v.Terms, v.Calls, v.Writes, v.Refused, v.Lost, v.Faults, v.Named, v.Stalls, v.LongestStall.Round(time.Millisecond))
 	t.Logf("seed %d: %d Clients closed while holding; %d probes found a live name held: %d holders excused, %d named by no event",
 		r.Seed, v.Closes, v.Probes, v.Excused, v.Unnamed)
+	t.Logf("seed %d: lease policies: %d grants with a cap, %d with a minimum (%d released before it), %d with a lock delay (%d lost)",
+		r.Seed, v.Capped, v.Floored, v.EarlyReleases, v.Delayed, v.DelayedLosses)
 	for _, u := range h.Upstream {
 		t.Logf("seed %d: %s (named in docs/SAFETY.md)", r.Seed, u)
 	}

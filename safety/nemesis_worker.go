@@ -55,7 +55,11 @@ type nemesisWorkerConfig struct {
 	// liveSemPrefix + a lock name with short TTLs and contexts that end within milliseconds,
 	// asks who holds them, and now and then closes the worker's Client while it holds one (see
 	// liveThread), on a random stream of its own.
-	Live   bool          `json:"live,omitempty"`
+	Live bool `json:"live,omitempty"`
+	// Lease makes the lock threads draw a lease policy for their steps (drawLease), on a
+	// stream of their own: a cap, a minimum, and where the backend's locks end by their TTL
+	// (Redis, Redlock) a lock delay.
+	Lease  bool          `json:"lease,omitempty"`
 	Until  int64         `json:"until"` // Unix ns: no operation starts after it
 	MinTTL time.Duration `json:"min_ttl"`
 	MaxTTL time.Duration `json:"max_ttl"`
@@ -260,9 +264,13 @@ func (w *nemesisWorker) thread(th int) {
 	owners := append([]string{fmt.Sprintf("w%d-shared", w.cfg.ID)}, w.cfg.Groups...)
 	p := &planner{r: rand.New(rand.NewPCG(w.cfg.Seed, uint64(th))), names: w.cfg.Names, owners: owners, minTTL: w.cfg.MinTTL, maxTTL: w.cfg.MaxTTL}
 	short := rand.New(rand.NewPCG(w.cfg.Seed, uint64(100+th))) // see shortWait
+	lease := rand.New(rand.NewPCG(w.cfg.Seed, uint64(300+th))) // see drawLease
 	for time.Now().Before(w.until) {
 		s := p.next()
 		s.Wait = shortWait(short, s.Wait)
+		if w.cfg.Lease {
+			drawLease(lease, &s, w.cfg.Backend == "redis" || w.cfg.Backend == "redlock")
+		}
 		if s.Op != "burst" {
 			w.step(th, s)
 			continue
@@ -289,12 +297,15 @@ func shortWait(r *rand.Rand, wait time.Duration) time.Duration {
 	return wait
 }
 
-// badArgs reports whether a call with this TTL and renewal interval (0 for the default) is
-// invalid, as the contract says (WithTTL, WithRenewInterval): it must then fail with
-// ErrInvalid, and a call that is not must not (checker l).
-func badArgs(ttl, renew time.Duration) bool {
+// badArgs reports whether a call with this TTL, renewal interval (0 for the default) and lock
+// delay is invalid, as the contract says (WithTTL, WithRenewInterval, WithLockDelay): it must
+// then fail with ErrInvalid, and a call that is not must not (checker l).
+func badArgs(ttl, renew, delay time.Duration) bool {
 	if ttl < fencelock.MinTTL || ttl%time.Millisecond != 0 {
 		return true
+	}
+	if delay > 0 && ttl-drift(ttl+delay) < ttl/2 {
+		return true // the drift allowance counts on the TTL and the delay together
 	}
 	if renew == 0 {
 		return false
@@ -307,6 +318,15 @@ func (w *nemesisWorker) options(s stepPlan, ttl time.Duration) []fencelock.Optio
 	if s.Renew > 0 && ttl == s.TTL {
 		opts = append(opts, fencelock.WithRenewInterval(s.Renew))
 	}
+	if s.MaxHold > 0 {
+		opts = append(opts, fencelock.WithMaxHold(s.MaxHold))
+	}
+	if s.MinHold > 0 {
+		opts = append(opts, fencelock.WithMinHold(s.MinHold))
+	}
+	if s.Delay > 0 {
+		opts = append(opts, fencelock.WithLockDelay(s.Delay))
+	}
 	return opts
 }
 
@@ -318,7 +338,7 @@ func (w *nemesisWorker) step(th int, s stepPlan) {
 	}
 	w.out.emit(nemEvent{K: "state", Th: th, State: "waiting"})
 	ctx, cancel := context.WithTimeout(context.Background(), s.Wait)
-	g := grantOf{Op: s.Op, Name: s.Name, TTL: s.TTL, Watchdog: s.Watchdog, Bad: badArgs(s.TTL, s.Renew)}
+	g := grantOf{Op: s.Op, Name: s.Name, TTL: s.TTL, Watchdog: s.Watchdog, Bad: badArgs(s.TTL, s.Renew, s.Delay), MaxHold: s.MaxHold, MinHold: s.MinHold, Delay: s.Delay}
 	lock, h := w.obtain(ctx, g, func(ctx context.Context) (*fencelock.Lock, error) {
 		if s.Op == "try" {
 			return w.client().TryObtain(ctx, s.Name, opts...)
@@ -369,14 +389,14 @@ func (w *nemesisWorker) act(lock *fencelock.Lock, h int64, s stepPlan, a action)
 		// another call of a shared owner made the hold (checker l allows for that).
 		w.out.emit(w.reported(nemEvent{K: "call", Op: "refresh", L: h, Name: s.Name, Owner: lock.Owner(), Tok: lock.Token(), TTL: a.TTL,
 			Start: start.UnixNano(), Ret: ret.UnixNano(), Dl: dl.UnixNano(), Class: errClass(err), Err: errText(err), Valid: lock.ValidUntil().UnixNano(),
-			Bad: badArgs(a.TTL, s.Renew)}))
+			Bad: badArgs(a.TTL, s.Renew, s.Delay)}))
 	case "reenter":
 		ctx, cancel := context.WithTimeout(lock.Context(), a.D)
 		renew := time.Duration(0)
 		if a.TTL == s.TTL {
 			renew = s.Renew // see options
 		}
-		g := grantOf{Op: "reenter", Name: s.Name, TTL: a.TTL, Watchdog: s.Watchdog, Bad: badArgs(a.TTL, renew)}
+		g := grantOf{Op: "reenter", Name: s.Name, TTL: a.TTL, Watchdog: s.Watchdog, Bad: badArgs(a.TTL, renew, s.Delay), MaxHold: s.MaxHold, MinHold: s.MinHold, Delay: s.Delay}
 		inner, ih := w.obtain(ctx, g, func(ctx context.Context) (*fencelock.Lock, error) {
 			return w.client().Obtain(ctx, s.Name, w.options(s, a.TTL)...)
 		})
@@ -397,6 +417,8 @@ type grantOf struct {
 	Weight   int  // a permit's weight: 0 or 1 for one, fencelock.RWReaders for a write lock
 	Limit    int  // a semaphore's limit; 0 for a lock or a read-write lock
 	Bad      bool // see badArgs
+	// The lease policy asked for (stepPlan's)
+	MaxHold, MinHold, Delay time.Duration
 }
 
 // obtain runs one acquisition and reports it, with the owner it went under even when it failed
@@ -415,7 +437,7 @@ func (w *nemesisWorker) obtainErr(ctx context.Context, g grantOf, call func(cont
 	ret := time.Now()
 	dl, _ := ctx.Deadline()
 	e := nemEvent{K: "fail", Op: g.Op, Name: g.Name, TTL: g.TTL, Start: start.UnixNano(), Ret: ret.UnixNano(), Dl: dl.UnixNano(), Class: errClass(err), Err: errText(err),
-		Limit: g.Limit, Bad: g.Bad}
+		Limit: g.Limit, Bad: g.Bad, MaxHold: g.MaxHold, MinHold: g.MinHold, Delay: g.Delay}
 	if err != nil {
 		e.Owner, _, _ = tag.get()
 		w.out.emit(w.reported(e))
