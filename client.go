@@ -29,6 +29,7 @@ type Client struct {
 	now            func() time.Time
 	observe        func(Event)
 	cleanupTimeout time.Duration
+	tokenBase      int64 // added to every token handed out (WithTokenBase)
 	err            error // an unusable ClientOption: every call returns it
 
 	holdPrefix string
@@ -149,7 +150,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	if err := c.check(ctx, name); err != nil {
 		return Info{}, err
 	}
-	return c.b.Inspect(ctx, name)
+	info, err := c.b.Inspect(ctx, name)
+	return c.based(info), err
 }
 
 // Obtain obtains the lock name, waiting until it is free or ctx ends. While it waits it sleeps
@@ -279,6 +281,9 @@ func (c *Client) forget(h *hold) {
 
 func (c *Client) emit(e Event) {
 	if c.observe != nil {
+		if e.Token != 0 {
+			e.Token += c.tokenBase
+		}
 		c.observe(e)
 	}
 }

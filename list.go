@@ -21,12 +21,16 @@ func List(ctx context.Context, b Backend, prefix string) ([]Info, error) {
 }
 
 // List returns the locks held now whose names start with prefix, as the package's List does
-// for the Client's backend.
+// for the Client's backend, with the Client's token base (WithTokenBase) added to the tokens.
 func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 	if err := c.ready(ctx); err != nil {
 		return nil, err
 	}
-	return List(ctx, c.b, prefix)
+	infos, err := List(ctx, c.b, prefix)
+	for i := range infos {
+		infos[i] = c.based(infos[i])
+	}
+	return infos, err
 }
 
 // ListSemaphores returns the semaphores of b whose names start with prefix and that have
@@ -53,12 +57,17 @@ func ListSemaphores(ctx context.Context, b Backend, prefix string) ([]SemaphoreI
 }
 
 // ListSemaphores returns the semaphores with permits held or waiters now whose names start
-// with prefix, as the package's ListSemaphores does for the Client's backend.
+// with prefix, as the package's ListSemaphores does for the Client's backend, with the Client's
+// token base (WithTokenBase) added to the tokens.
 func (c *Client) ListSemaphores(ctx context.Context, prefix string) ([]SemaphoreInfo, error) {
 	if err := c.ready(ctx); err != nil {
 		return nil, err
 	}
-	return ListSemaphores(ctx, c.b, prefix)
+	infos, err := ListSemaphores(ctx, c.b, prefix)
+	for i := range infos {
+		infos[i] = c.basedSemaphore(infos[i])
+	}
+	return infos, err
 }
 
 // inspectEach inspects each of names once, in order, and returns what keep keeps; on an error

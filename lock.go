@@ -30,12 +30,12 @@ func (l *Lock) Name() string {
 
 // Token returns the fencing token: strictly greater than every token issued before for this
 // name. Hand it to the store the lock protects and have the store refuse writes that carry a
-// token older than one it has seen (package fence).
+// token older than one it has seen (package fence). A Client made WithTokenBase adds its base.
 func (l *Lock) Token() int64 {
 	if l == nil {
 		return 0
 	}
-	return l.h.token
+	return l.h.token + l.c.tokenBase
 }
 
 // Owner returns the owner ID the lock is held under.

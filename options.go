@@ -195,6 +195,53 @@ func (s *settings) interval() error {
 	return nil
 }
 
+// MaxTokenBase is the greatest base WithTokenBase accepts: a base and a store's token add up
+// without overflow for every token below 2^62 (Redis's, its clock in microseconds, are about
+// 2^51).
+const MaxTokenBase = 1 << 62
+
+// WithTokenBase adds base to every fencing token the Client hands out: a Lock's Token, a
+// leader's Term, the Token of an Event and of what Inspect, List and a Semaphore's Inspect
+// report. It is for moving names from one backend to another. Tokens compare only within one
+// store: Redis's are its clock in microseconds (about 1.8e15 in 2026), etcd's are revisions and
+// ZooKeeper's transaction IDs (thousands to millions), so a fenced store that accepted Redis's
+// tokens refuses every write of a holder on etcd. Start the new backend's Clients with a base
+// above the greatest token the fenced store accepted, and its tokens go on from there. The
+// package-level List and ListSemaphores, which read a Backend, report the store's own tokens.
+// A base below 0 or above MaxTokenBase makes every call fail with ErrInvalid. Default: 0.
+func WithTokenBase(base int64) ClientOption {
+	return func(c *Client) {
+		if base < 0 || base > MaxTokenBase {
+			c.err = invalidf("token base %d: want 0 to %d", base, int64(MaxTokenBase))
+			return
+		}
+		c.tokenBase = base
+	}
+}
+
+// based returns info with the Client's token base added to its tokens.
+func (c *Client) based(info Info) Info {
+	if info.Token != 0 {
+		info.Token += c.tokenBase
+	}
+	return info
+}
+
+// basedSemaphore returns info with the Client's token base added to its tokens.
+func (c *Client) basedSemaphore(info SemaphoreInfo) SemaphoreInfo {
+	if info.Token != 0 {
+		info.Token += c.tokenBase
+	}
+	if c.tokenBase != 0 && len(info.Permits) > 0 {
+		permits := make([]Info, len(info.Permits))
+		for i, p := range info.Permits {
+			permits[i] = c.based(p)
+		}
+		info.Permits = permits
+	}
+	return info
+}
+
 // ClientOption configures a Client.
 type ClientOption func(*Client)
 

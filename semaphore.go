@@ -67,7 +67,8 @@ func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
 	if err := s.c.check(ctx, s.name); err != nil {
 		return SemaphoreInfo{}, err
 	}
-	return s.c.b.(Semaphores).InspectSemaphore(ctx, s.name)
+	info, err := s.c.b.(Semaphores).InspectSemaphore(ctx, s.name)
+	return s.c.basedSemaphore(info), err
 }
 
 // usable says why s cannot be used at all.

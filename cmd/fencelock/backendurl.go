@@ -37,6 +37,14 @@ type store struct {
 	url      string          // redacted
 	close    func() error
 	password string // of a redis:// URL, to tell a server that wants none
+	// tokenBase is the URL's token_base: added to every token the Client hands out (see
+	// fencelock.WithTokenBase), for names moved to this backend from another.
+	tokenBase int64
+}
+
+// client returns a Client over the store's backend, with its token base.
+func (s *store) client(opts ...fencelock.ClientOption) *fencelock.Client {
+	return fencelock.New(s.backend, append([]fencelock.ClientOption{fencelock.WithTokenBase(s.tokenBase)}, opts...)...)
 }
 
 // openStore connects to the backend named by raw. Errors never contain the credentials.
@@ -55,6 +63,17 @@ func openStore(raw string) (*store, error) {
 	s := &store{kind: u.Scheme, url: redact(u)}
 	if u.Host == "" {
 		s.url = redactRaw(raw) // a URL without a host prints as "etcd:", which reads as a typo
+	}
+	// token_base is fencelock's, on every scheme: taken out before the store's own parser,
+	// which refuses what it does not know, reads the URL.
+	if q := u.Query(); q.Has("token_base") {
+		v := q.Get("token_base")
+		if s.tokenBase, err = strconv.ParseInt(v, 10, 64); err != nil || s.tokenBase < 0 || s.tokenBase > fencelock.MaxTokenBase {
+			return nil, exitf(exitUsage, "backend URL %s: token_base %q: want a whole number from 0 to %d", s.url, v, int64(fencelock.MaxTokenBase))
+		}
+		q.Del("token_base")
+		u.RawQuery = q.Encode()
+		raw = u.String()
 	}
 	if err := checkPorts(u.Host); err != nil {
 		return nil, exitf(exitUsage, "backend URL %s: %v", s.url, err)

@@ -44,7 +44,7 @@ func newDemoWorkerCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer st.close()
-				locker = fencelock.New(st.backend)
+				locker = st.client()
 				defer locker.Close()
 			}
 			return w.loop(cmd.Context(), locker, ttl)

@@ -47,7 +47,7 @@ NAME shows one semaphore.`,
 			if _, ok := st.backend.(fencelock.Namer); !ok {
 				return exitf(exitUsage, "the %s backend cannot list locks", st.kind)
 			}
-			l, err := list(cmd.Context(), st.backend, prefix)
+			l, err := list(cmd.Context(), st.client(), st.backend, prefix)
 			if err != nil {
 				return errorExit(err)
 			}
@@ -71,17 +71,17 @@ type listing struct {
 }
 
 // list reads the locks of b whose names start with prefix, and its semaphores when b names
-// them. b is a fencelock.Namer.
-func list(ctx context.Context, b fencelock.Backend, prefix string) (listing, error) {
+// them, through c, c's Client over b, whose token base the tokens get. b is a fencelock.Namer.
+func list(ctx context.Context, c *fencelock.Client, b fencelock.Backend, prefix string) (listing, error) {
 	var l listing
 	var err error
-	if l.locks, err = fencelock.List(ctx, b, prefix); err != nil {
+	if l.locks, err = c.List(ctx, prefix); err != nil {
 		return l, err
 	}
 	_, l.keeps = b.(fencelock.Semaphores)
 	_, l.named = b.(fencelock.SemaphoreNamer)
 	if l.keeps && l.named {
-		l.sems, err = fencelock.ListSemaphores(ctx, b, prefix)
+		l.sems, err = c.ListSemaphores(ctx, prefix)
 	}
 	return l, err
 }

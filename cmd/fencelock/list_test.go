@@ -57,7 +57,7 @@ func TestListSemaphoresOrNot(t *testing.T) {
 		}{b, b}, nil, []string{"semaphore"}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := list(ctx, tc.b, "")
+			l, err := list(ctx, fencelock.New(tc.b), tc.b, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +92,7 @@ func TestListSemaphoresOrNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r1.Release(ctx)
-	l, err := list(ctx, b, "rw")
+	l, err := list(ctx, fencelock.New(b), b, "rw")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,7 +92,11 @@ The backend comes from --backend or FENCELOCK_BACKEND (default ` + defaultBacken
   redis+cluster://[password@]host:port[,host:port]
   redlock://[:password@]host:port,host:port,host:port   independent servers, an odd number
   etcd://host:port[,host:port]
-  zk://host:port[,host:port][/root][?session_timeout=10s]`,
+  zk://host:port[,host:port][/root][?session_timeout=10s]
+
+Any of them may carry token_base=N in its query (?token_base=N, or &token_base=N after
+another): N is added to every fencing token, for names moved to this backend from another
+whose tokens were greater (see "Moving to another backend" in the README).`,
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,

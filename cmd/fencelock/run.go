@@ -210,7 +210,7 @@ func run(ctx context.Context, g *globals, f *runFlags, name string, argv []strin
 		return err
 	}
 	defer st.close()
-	locker := fencelock.New(st.backend)
+	locker := st.client()
 	defer locker.Close()
 	for {
 		lock, err := obtainForRun(ctx, st, locker, f, name, argv[0], sigs)

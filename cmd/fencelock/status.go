@@ -127,7 +127,7 @@ permit held, as a lock is shown.`,
 			if semaphore {
 				return semaphoreStatus(cmd, g, st, args[0])
 			}
-			info, err := fencelock.New(st.backend).Inspect(cmd.Context(), args[0])
+			info, err := st.client().Inspect(cmd.Context(), args[0])
 			if err != nil {
 				return errorExit(err)
 			}
@@ -147,7 +147,7 @@ func semaphoreStatus(cmd *cobra.Command, g *globals, st *store, name string) err
 		return exitf(exitUsage, "the %s backend keeps no semaphores", st.kind)
 	}
 	// The limit is the holders' to say; Inspect only reads.
-	info, err := fencelock.New(st.backend).Semaphore(name, 1).Inspect(cmd.Context())
+	info, err := st.client().Semaphore(name, 1).Inspect(cmd.Context())
 	if err != nil {
 		return errorExit(err)
 	}
