@@ -16,8 +16,15 @@ import (
 // did not leave time for it; Close stops both and waits for them. A Client is safe for
 // concurrent use; create one per backend and share it.
 //
-// Locking: mu guards held, spare, undoing and closed. It may be held while a hold's mu is taken.
+// Close does not close the Backend, which may serve other Clients, and no Backend closes the
+// store's client it was given: shut down in the reverse order of making them — the Client
+// (which releases what it holds), then the Backend (every backend has a Close that ends its
+// subscriptions, sessions or leases and waits for its own clean-up), then the store's client
+// (a *redis.Client, a *clientv3.Client, a *zk.Conn) — so that each step's requests still
+// reach the store.
 type Client struct {
+	// Locking: mu guards held, spare, undoing and closed. It may be held while a hold's mu is
+	// taken.
 	b       Backend
 	watcher ReleaseWatcher // nil when the backend cannot notify releases
 	queue   Queue          // nil when the backend keeps no line of waiters

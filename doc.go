@@ -3,8 +3,10 @@
 // and waiting that wakes on release instead of polling.
 //
 // A Client obtains locks from a Backend: package redisbackend for one Redis deployment
-// (single node, Sentinel or Cluster); further backends (Redlock, etcd, ZooKeeper) implement
-// the same contract.
+// (single node, Sentinel or Cluster), redlock for independent Redis servers, etcdbackend,
+// zkbackend for ZooKeeper, and memorybackend, an in-process store for tests and the model the
+// others are compared against. Each implements the same contract, which package fencelocktest
+// checks.
 //
 //	locker := fencelock.New(redisbackend.New(rdb))
 //	defer locker.Close()
@@ -14,6 +16,20 @@
 //	}
 //	defer lock.Release(context.Background())
 //	return store.UpdateFenced(lock.Context(), id, value, lock.Token())
+//
+// # Primitives
+//
+// Besides the lock (Client.Obtain, TryObtain, Do; several names at once with ObtainAll), a
+// Client gives:
+//   - Client.Semaphore: at most n holders of a name at once, each permit with its own token
+//     (Redis, etcd, ZooKeeper, the memory store);
+//   - Client.RWLock: many readers or one writer, whose tokens fence as a lock's do;
+//   - Client.Election: a leader election on every backend, whose term is its lock's token;
+//     Election.Lead runs a function while this process leads, Leader and Observe tell who does.
+//
+// Each is held like a lock: a watchdog renews it, and its context ends when it is lost.
+// WithMaxHold, WithMinHold and WithLockDelay set how long a lock is held; WithTokenBase keeps
+// tokens increasing when names move from one backend to another.
 //
 // # What a lock guarantees
 //

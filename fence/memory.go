@@ -10,21 +10,20 @@ import (
 // newest token it has accepted and refuses any older one.
 //
 // The zero value is ready to use. A Memory is safe for concurrent use and
-// must not be copied after first use.
+// must not be copied after first use. Do holds its resource for the whole
+// of the write it runs: writes to one resource are ordered by token, and
+// writes to different resources run in parallel.
 //
-// Locking: Memory.mu guards only the resources map (looking up and
-// creating entries); it is never held while a write runs. Each resource
-// has its own entry.mu, which serialises check-and-record for that
-// resource and is held by Do for the whole of the write callback, so
-// writes to different resources run in parallel while writes to one
-// resource are ordered by token. entry.latest is only written with
-// entry.mu held and is atomic so that Latest can read it without waiting
-// for a write in progress.
-//
-// Entries are never removed: forgetting a resource would forget its
-// newest token and let a stale holder back in. Memory therefore grows
-// with the number of distinct resources it has seen.
+// Resources are never forgotten: forgetting one would forget its newest
+// token and let a stale holder back in. A Memory therefore grows with the
+// number of distinct resources it has seen.
 type Memory struct {
+	// mu guards only the resources map (looking up and creating entries);
+	// it is never held while a write runs. Each entry's mu serialises
+	// check-and-record for its resource and is held by Do for the whole of
+	// the write callback. entry.latest is written only with entry.mu held,
+	// and is atomic so that Latest can read it without waiting for a write
+	// in progress.
 	mu        sync.Mutex           // guards resources
 	resources map[string]*memEntry // resource -> entry, created on first use
 }

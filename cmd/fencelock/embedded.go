@@ -15,16 +15,27 @@ import (
 // so that the demo needs nothing installed.
 type embeddedEtcd struct {
 	e   *embed.Etcd
-	dir string
+	dir string // its data, removed at close; empty for a directory of the caller's
 	url string // etcd://127.0.0.1:port
 }
 
-func startEmbeddedEtcd() (*embeddedEtcd, error) {
-	dir, err := os.MkdirTemp("", "fencelock-demo-etcd-")
-	if err != nil {
-		return nil, err
+func startEmbeddedEtcd() (*embeddedEtcd, error) { return serveEtcd("", "") }
+
+// serveEtcd starts a single-member etcd in this process, its clients served on listen
+// (host:port; a free loopback port when empty), its data in dir (a temporary directory, removed
+// at close, when empty).
+func serveEtcd(listen, dir string) (*embeddedEtcd, error) {
+	temp := dir == ""
+	if temp {
+		var err error
+		if dir, err = os.MkdirTemp("", "fencelock-demo-etcd-"); err != nil {
+			return nil, err
+		}
 	}
 	client, err := loopbackURL()
+	if listen != "" {
+		client, err = url.Parse("http://" + listen)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -40,24 +51,31 @@ func startEmbeddedEtcd() (*embeddedEtcd, error) {
 	cfg.InitialCluster = "demo=" + peer.String()
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		_ = os.RemoveAll(dir)
+	m := &embeddedEtcd{url: "etcd://" + client.Host}
+	if temp {
+		m.dir = dir
+	}
+	if m.e, err = embed.StartEtcd(cfg); err != nil {
+		m.close()
 		return nil, fmt.Errorf("starting the embedded etcd: %w", err)
 	}
 	select {
-	case <-e.Server.ReadyNotify():
+	case <-m.e.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
-		e.Close()
-		_ = os.RemoveAll(dir)
+		m.close()
 		return nil, fmt.Errorf("the embedded etcd was not ready after 30s")
 	}
-	return &embeddedEtcd{e: e, dir: dir, url: "etcd://" + client.Host}, nil
+	return m, nil
 }
 
+// close stops the etcd and removes its data when it was temporary.
 func (m *embeddedEtcd) close() {
-	m.e.Close()
-	_ = os.RemoveAll(m.dir)
+	if m.e != nil {
+		m.e.Close()
+	}
+	if m.dir != "" {
+		_ = os.RemoveAll(m.dir)
+	}
 }
 
 func loopbackURL() (*url.URL, error) {
