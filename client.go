@@ -464,10 +464,7 @@ func (c *Client) freshOwner(name string, permit bool) string {
 // acquisition of its name with a fresh owner: the store has nothing of it left, and no request
 // of it is unanswered.
 func (c *Client) spareOwner(h *hold) {
-	h.mu.Lock()
-	ok := h.reusable && h.phase == released
-	h.mu.Unlock()
-	if !ok {
+	if !h.spare() {
 		return
 	}
 	k := holdKey{name: h.name, permit: h.limit > 0}

@@ -64,8 +64,9 @@ const (
 	released
 )
 
-// newHold returns the hold of a first grant, trusted until deadline, its timer armed.
-func (c *Client) newHold(h *hold, r *request, token int64, sent, deadline time.Time, validity time.Duration) {
+// newHold returns the hold of a first grant, trusted until deadline, its timer armed, with
+// its first handle, ctx.
+func (c *Client) newHold(h *hold, ctx *lockContext, r *request, token int64, sent, deadline time.Time, validity time.Duration) {
 	s := &r.s
 	*h = hold{
 		c: c, name: r.name, owner: r.owner, limit: r.limit, token: token, noMeta: s.meta == "", watchdog: !s.noWatchdog, vctx: r.vctx,
@@ -87,7 +88,8 @@ func (c *Client) newHold(h *hold, r *request, token int64, sent, deadline time.T
 	if c.loss != nil && h.watchdog {
 		h.watchAt = sent.Add(watchLossAfter)
 	}
-	h.handles = h.handle0[:0]
+	h.handle0[0] = ctx
+	h.handles = h.handle0[:1]
 	// The timer may fire before AfterFunc returns to store it: at once when the deadline has
 	// passed meanwhile (the holder's process was stopped after the grant's check), or whenever
 	// the scheduler runs its goroutine first. expire takes mu, so it waits for the store.
@@ -125,17 +127,19 @@ func trusted(v, delay time.Duration) time.Duration { return v - drift(v) - delay
 // afterFunc is time.AfterFunc; a test makes its timers fire early.
 var afterFunc = time.AfterFunc
 
-// join adds a handle to a live hold: another hold of the same lock in the store, asked for
-// with ttl, and kept at least until floor (WithMinHold; zero for none). Renewals from now on
-// ask for the longest TTL any hold asked for, so that none shortens what another one was
-// granted. The deadline stays: only a renewal, which sets the store's TTL, moves it.
-func (h *hold) join(ttl time.Duration, floor time.Time) bool {
+// enter adds a handle, ctx, to a live hold in one step, so that a hold that ends meanwhile
+// cancels every handle it counts. The handle is another hold of the same lock in the store,
+// asked for with ttl, and kept at least until floor (WithMinHold; zero for none). Renewals
+// from now on ask for the longest TTL any hold asked for, so that none shortens what another
+// one was granted. The deadline stays: only a renewal, which sets the store's TTL, moves it.
+func (h *hold) enter(ctx *lockContext, ttl time.Duration, floor time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.phase != live {
 		return false
 	}
 	h.refs++
+	h.handles = append(h.handles, ctx)
 	if floor.After(h.floorAt) {
 		h.floorAt = floor
 	}
@@ -149,15 +153,43 @@ func (h *hold) join(ttl time.Duration, floor time.Time) bool {
 	return true
 }
 
-// attach adds a handle's context, to be cancelled when the hold ends.
-func (h *hold) attach(ctx *lockContext) bool {
+// validUntil is the deadline: the hold is trusted until then.
+func (h *hold) validUntil() time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.phase != live {
-		return false
-	}
-	h.handles = append(h.handles, ctx)
-	return true
+	return h.deadline
+}
+
+// due tells the watchdog when the hold is next renewed and when its loss is next watched for
+// (see watchLoss), and whether it is live.
+func (h *hold) due() (renewAt, watchAt time.Time, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.renewAt, h.watchAt, h.phase == live
+}
+
+// pace tells the watchdog's plan when the hold is next renewed, at which interval, and whether
+// a renewal of it is on its way.
+func (h *hold) pace() (renewAt time.Time, every time.Duration, busy bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.renewAt, h.every, h.renewing != nil
+}
+
+// busy returns the renewal on its way, if any, and why the hold ended, if it did.
+func (h *hold) busy() (renewing chan struct{}, cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.renewing, h.cause
+}
+
+// spare reports whether the hold's owner may serve the next acquisition of its name: the
+// backend reuses owners, the hold was made for a fresh owner and had one handle, and it was
+// released cleanly.
+func (h *hold) spare() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reusable && h.phase == released
 }
 
 // err returns why the hold ended, or nil while it is live.

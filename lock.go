@@ -86,9 +86,7 @@ func (l *Lock) ValidUntil() time.Time {
 	if l == nil {
 		return time.Time{}
 	}
-	l.h.mu.Lock()
-	defer l.h.mu.Unlock()
-	return l.h.deadline
+	return l.h.validUntil()
 }
 
 // Verify asks the store, in one round trip, whether it still holds this lock for this holder:
@@ -177,9 +175,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	mine := make(chan struct{})
 	defer close(mine)
 	for !h.claim(mine) {
-		h.mu.Lock()
-		busy, cause := h.renewing, h.cause
-		h.mu.Unlock()
+		busy, cause := h.busy()
 		if cause != nil {
 			return cause
 		}

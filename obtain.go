@@ -270,35 +270,29 @@ func (c *Client) grant(r *request, holdID string, start time.Time, g Grant) (*Lo
 			return nil, fmt.Errorf("%w: %q: token %d is not the owner's %d", ErrNotObtained, r.name, g.Token, h.token)
 		}
 	}
-	var l *Lock
-	switch {
-	case h != nil && h.join(r.s.ttl, r.s.floor(sent)):
+	if h != nil {
 		c.mu.Unlock()
-		l = new(Lock)
-	case h != nil:
-		// Ended since it was looked up: this grant's hold went with it.
-		c.mu.Unlock()
-		return nil, h.err()
-	default:
-		// A first hold: the Lock and its hold in one allocation.
-		first := &struct {
-			l Lock
-			h hold
-		}{}
-		l, h = &first.l, &first.h
-		c.newHold(h, r, g.Token, sent, deadline, v)
-		c.held[key] = h
-		c.mu.Unlock()
-		if h.watchdog {
-			c.dog.add(h)
+		l := &Lock{c: c, h: h, hold: holdID, count: g.Count}
+		l.lctx.init(r.vctx, h, holdID)
+		if !h.enter(&l.lctx, r.s.ttl, r.s.floor(sent)) {
+			// Ended since it was looked up: this grant's hold went with it.
+			return nil, h.err()
 		}
+		return l, nil
 	}
+	// A first hold: the Lock and its hold in one allocation.
+	first := &struct {
+		l Lock
+		h hold
+	}{}
+	l, h := &first.l, &first.h
 	*l = Lock{c: c, h: h, hold: holdID, count: g.Count}
 	l.lctx.init(r.vctx, h, holdID)
-	if !h.attach(&l.lctx) {
-		// Lost between join and attach: the hold in the store is useless now.
-		l.released.Store(true)
-		return nil, h.err()
+	c.newHold(h, &l.lctx, r, g.Token, sent, deadline, v)
+	c.held[key] = h
+	c.mu.Unlock()
+	if h.watchdog {
+		c.dog.add(h)
 	}
 	return l, nil
 }

@@ -51,9 +51,7 @@ func newWatchdog(c *Client) *watchdog {
 func (w *watchdog) add(h *hold) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	h.mu.Lock()
-	ok, due, watchAt := h.phase == live, h.renewAt, h.watchAt
-	h.mu.Unlock()
+	due, watchAt, ok := h.due()
 	if w.closed || !ok {
 		return
 	}
@@ -99,9 +97,7 @@ func (w *watchdog) startWatches() {
 	i := 0
 	for ; i < len(w.pending); i++ {
 		h := w.pending[i]
-		h.mu.Lock()
-		at, ok := h.watchAt, h.phase == live
-		h.mu.Unlock()
+		_, at, ok := h.due()
 		if ok && at.After(now) {
 			w.armWatch(at)
 			break
@@ -188,9 +184,7 @@ func (w *watchdog) tick() time.Duration {
 	anyDue := false
 	w.mu.Lock()
 	for h := range w.holds {
-		h.mu.Lock()
-		renewAt, every, busy := h.renewAt, h.every, h.renewing != nil
-		h.mu.Unlock()
+		renewAt, every, busy := h.pace()
 		if busy {
 			continue // the batch pokes the loop when it is done
 		}
@@ -238,9 +232,7 @@ func (w *watchdog) renew(batch []*hold, done chan struct{}) {
 	timeout := time.Duration(0)
 	for i, h := range batch {
 		leases[i] = h.lease()
-		h.mu.Lock()
-		timeout = max(timeout, h.deadline.Sub(now))
-		h.mu.Unlock()
+		timeout = max(timeout, h.validUntil().Sub(now))
 	}
 	// A renewal confirmed after every deadline of the batch is of no use.
 	ctx, cancel := context.WithTimeout(w.base, max(timeout, time.Millisecond))
