@@ -278,6 +278,30 @@ func (c *Client) ready(ctx context.Context) error {
 }
 
 // forget removes h from the held map if it is still the hold of its name and owner.
+// clock is the Client's clock (WithClock), for its holds (keeper).
+func (c *Client) clock() time.Time { return c.now() }
+
+// holdEnded takes an ended hold out of the map and off the watchdog (keeper).
+func (c *Client) holdEnded(h *hold) {
+	c.forget(h)
+	c.dog.remove(h)
+}
+
+// letGo releases a lost hold's handle in the background, kept until floor when that is still
+// ahead (keeper).
+func (c *Client) letGo(lease Lease, hold string, floor time.Time) {
+	if c.now().Before(floor) {
+		c.keepInBackground(lease, hold, floor, false)
+		return
+	}
+	c.undo(lease, hold)
+}
+
+// watchLoss asks the backend to push word of a loss of lease (keeper).
+func (c *Client) watchLoss(lease Lease, lost func(error)) (stop func()) {
+	return c.loss.WatchLoss(lease, lost)
+}
+
 func (c *Client) forget(h *hold) {
 	c.mu.Lock()
 	if key := (holdKey{h.name, h.owner, h.limit > 0}); c.held[key] == h {

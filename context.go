@@ -61,7 +61,7 @@ func (c *lockContext) cancel(cause error) { c.cancelCause(cause) }
 func heldState(ctx context.Context, c *Client, name string) *hold {
 	for v := ctx.Value(lockContextKey{}); v != nil; {
 		lc := v.(*lockContext)
-		if lc.h.c == c && lc.h.name == name {
+		if lc.h.k == keeper(c) && lc.h.name == name {
 			return lc.h
 		}
 		v = lc.Context.Value(lockContextKey{})

@@ -8,6 +8,19 @@ import (
 	"time"
 )
 
+// keeper is what a hold needs of the Client that keeps it.
+type keeper interface {
+	clock() time.Time
+	emit(Event)
+	// holdEnded takes an ended hold out of the Client's map and off the watchdog.
+	holdEnded(h *hold)
+	// letGo releases, in the background, the handle hold of a hold lost while the store may
+	// still have it; a minimum hold that ends at floor keeps the name taken until then.
+	letGo(lease Lease, hold string, floor time.Time)
+	// watchLoss asks the backend to push word of a loss of lease (LossWatcher).
+	watchLoss(lease Lease, lost func(error)) (stop func())
+}
+
 // hold is what a Client knows of one lock it holds for one owner: one lock in the store (owner
 // and token name it), shared by every handle the owner obtained on it, with one validity
 // deadline, one renewal at a time and one end. Every way a hold ends goes through this file:
@@ -23,7 +36,7 @@ import (
 // Locking: mu guards every field below it. The Client's mu and the watchdog's mu may be held
 // while mu is taken, never taken while mu is held.
 type hold struct {
-	c           *Client
+	k           keeper // the Client that keeps it
 	name, owner string
 	limit       int // the semaphore's, for a permit; 0 for a lock
 	token       int64
@@ -69,7 +82,7 @@ const (
 func (c *Client) newHold(h *hold, ctx *lockContext, r *request, token int64, sent, deadline time.Time, validity time.Duration) {
 	s := &r.s
 	*h = hold{
-		c: c, name: r.name, owner: r.owner, limit: r.limit, token: token, noMeta: s.meta == "", watchdog: !s.noWatchdog, vctx: r.vctx,
+		k: c, name: r.name, owner: r.owner, limit: r.limit, token: token, noMeta: s.meta == "", watchdog: !s.noWatchdog, vctx: r.vctx,
 		onLost: s.onLost, obtained: sent, fixedEvery: s.renewEvery,
 		ttl: s.ttl, every: s.every, deadline: deadline, refs: 1, reusable: c.reuse && r.fresh, delay: s.lockDelay,
 		// A lock handed over for a short claim is renewed well within it the first time, and
@@ -202,7 +215,7 @@ func (h *hold) err() error {
 // valid reports whether the hold is still trusted, ending it when its deadline has passed. It
 // reads the clock, so a holder that resumes from a pause sees the loss before any timer fires.
 func (h *hold) valid() error {
-	now := h.c.now()
+	now := h.k.clock()
 	h.mu.Lock()
 	cause, deadline := h.cause, h.deadline
 	h.mu.Unlock()
@@ -215,7 +228,7 @@ func (h *hold) valid() error {
 
 // expire is the deadline timer: it ends the hold, or waits on when the deadline moved.
 func (h *hold) expire() {
-	now := h.c.now()
+	now := h.k.clock()
 	h.mu.Lock()
 	if h.phase != live {
 		h.mu.Unlock()
@@ -237,7 +250,7 @@ func (h *hold) setDeadline(d time.Time) {
 		d = h.capAt
 	}
 	h.deadline = d
-	h.expiry.Reset(max(d.Sub(h.c.now()), 0))
+	h.expiry.Reset(max(d.Sub(h.k.clock()), 0))
 }
 
 // lease names the hold for the backend, with the TTL renewals ask for now.
@@ -307,7 +320,7 @@ func (h *hold) mayHaveShortened(sent time.Time, ttl time.Duration) (renewAt time
 		return time.Time{}, false
 	}
 	h.setDeadline(d)
-	now := h.c.now()
+	now := h.k.clock()
 	h.renewAt = now.Add(max(d.Sub(now)/2, 0))
 	return h.renewAt, true
 }
@@ -315,7 +328,7 @@ func (h *hold) mayHaveShortened(sent time.Time, ttl time.Duration) (renewAt time
 // retrySoon schedules the next renewal after one whose outcome is unknown: soon, while the
 // deadline leaves time.
 func (h *hold) retrySoon() {
-	now := h.c.now()
+	now := h.k.clock()
 	h.mu.Lock()
 	h.renewAt = now.Add(min(h.every/4, h.deadline.Sub(now)/2))
 	h.mu.Unlock()
@@ -348,7 +361,7 @@ func (h *hold) loseHandles(reason error, closing bool) []*lockContext {
 	for _, lc := range handles {
 		lc.cancel(h.cause)
 	}
-	h.c.emit(Event{Kind: EventLost, Name: h.name, Token: h.token, Duration: h.c.now().Sub(h.obtained), Err: h.cause, Owner: h.owner, Context: h.vctx, Holds: len(handles)})
+	h.k.emit(Event{Kind: EventLost, Name: h.name, Token: h.token, Duration: h.k.clock().Sub(h.obtained), Err: h.cause, Owner: h.owner, Context: h.vctx, Holds: len(handles)})
 	if h.onLost != nil {
 		h.onLost(h.name, h.cause)
 	}
@@ -360,11 +373,7 @@ func (h *hold) loseHandles(reason error, closing bool) []*lockContext {
 		// A minimum hold still running keeps the name taken until it ends.
 		lease, floor := h.lease(), h.floor()
 		for _, lc := range handles {
-			if h.c.now().Before(floor) {
-				h.c.keepInBackground(lease, lc.id, floor, false)
-			} else {
-				h.c.undo(lease, lc.id)
-			}
+			h.k.letGo(lease, lc.id, floor)
 		}
 	}
 	return handles
@@ -428,8 +437,7 @@ func (h *hold) end() []*lockContext {
 
 // off takes an ended hold off the watchdog and out of the Client's map, and ends its watch.
 func (h *hold) off() {
-	h.c.forget(h)
-	h.c.dog.remove(h)
+	h.k.holdEnded(h)
 	h.mu.Lock()
 	stop := h.unwatch
 	h.unwatch = nil
@@ -446,7 +454,7 @@ const watchLossAfter = 10 * time.Millisecond
 // watchLoss asks the backend to push word of a loss of h; the watchdog's watch timer calls it
 // once.
 func (h *hold) watchLoss() {
-	stop := h.c.loss.WatchLoss(h.lease(), h.lose)
+	stop := h.k.watchLoss(h.lease(), h.lose)
 	h.mu.Lock()
 	if h.phase == live {
 		h.unwatch, stop = stop, nil
