@@ -200,19 +200,49 @@ func checkExecer(db Execer) error {
 	return nil
 }
 
-// CreateTable creates the token table if it does not exist.
+// CreateTable creates the token table if it does not exist. Call it at start-up, before the
+// first Check or Update; it is safe to call from many instances at once, as instances that
+// start together do.
+//
+// CREATE TABLE IF NOT EXISTS alone is not: two sessions that create the same table at once
+// both find it missing, and the second fails when it inserts its catalog rows beside the
+// first's (a unique violation, SQLSTATE 23505, on pg_type_typname_nsp_index). That failure
+// comes only once the first session has committed its table, so CreateTable then runs the
+// statement again, which finds the table and does nothing. Pass a *sql.DB or *sql.Conn: in a
+// *sql.Tx of yours the failed statement aborts your transaction, and the retry fails with it.
 func (s *SQL) CreateTable(ctx context.Context, db Execer) error {
 	if err := checkExecer(db); err != nil {
 		return err
 	}
-	_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+s.Table()+` (
+	var err error
+	for range createAttempts {
+		_, err = db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+s.Table()+` (
 	resource TEXT PRIMARY KEY,
 	token    BIGINT NOT NULL
 )`)
+		if err == nil || !createRaced(err) {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("fence: create table %s: %w", s.Table(), err)
 	}
 	return nil
+}
+
+// createAttempts bounds CreateTable's statements. One retry finds the table whenever the race
+// is with creators of this same table; a third attempt covers one dropped in between.
+const createAttempts = 3
+
+// createRaced reports whether err is how CREATE TABLE IF NOT EXISTS fails when another session
+// created the same name at once: a unique violation on the catalog (23505), or the table or
+// its row type found to exist after the IF NOT EXISTS check (42P07, 42710).
+func createRaced(err error) bool {
+	switch sqlState(err) {
+	case "23505", "42P07", "42710":
+		return true
+	}
+	return false
 }
 
 // Check checks token against the newest token recorded for resource and
