@@ -166,6 +166,10 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 // whichever is first. When ctx ends, the error matches both ErrNotObtained and ctx.Err(), and
 // Obtain returns by ctx's deadline.
 //
+// While the store cannot be reached it keeps trying, and tells the observer (EventUnavailable,
+// logged at warn level by WithLogger); if ctx ends while its attempts fail that way, the error
+// matches ErrUnavailable too.
+//
 // If ctx is the context of a lock on the same name obtained from this Client (lock.Context()
 // or a context derived from it), the acquisition re-enters that lock.
 func (c *Client) Obtain(ctx context.Context, name string, opts ...Option) (*Lock, error) {

@@ -151,7 +151,9 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 // context, which ends when the term is lost or ctx ends, and the term. Lead resigns after
 // every term. It returns ctx's error when ctx ends, and fn's return when fn returned while it
 // still led: nil for work that is done, an error for work that failed. A failure to campaign
-// that may pass (the backend out of reach) is retried.
+// that may pass (the backend out of reach) is retried, and told to the observer
+// (EventUnavailable); when ctx ends while campaigns fail that way, the error matches both ctx's
+// error and ErrUnavailable.
 func (e *Election) Lead(ctx context.Context, value string, fn func(ctx context.Context, term int64) error) error {
 	if fn == nil {
 		return invalidf("nil function")
@@ -167,12 +169,12 @@ func (e *Election) Lead(ctx context.Context, value string, fn func(ctx context.C
 				_ = l.Resign(rctx)
 				cancel()
 			}
-			return ctx.Err()
+			return endedBy(ctx, err)
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
 			return err
 		case err != nil:
 			if !pause(ctx, backoff(failures)) {
-				return ctx.Err()
+				return endedBy(ctx, err)
 			}
 			failures++
 			continue
@@ -196,4 +198,16 @@ func (e *Election) Lead(ctx context.Context, value string, fn func(ctx context.C
 		}
 		// Lost: campaign again.
 	}
+}
+
+// endedBy is Lead's error when ctx ended while it campaigned and the last campaign failed with
+// err: ctx's error, which also matches err when that campaign could not reach the store.
+func endedBy(ctx context.Context, err error) error {
+	switch {
+	case err == nil || !errors.Is(err, ErrUnavailable):
+		return ctx.Err()
+	case errors.Is(err, ctx.Err()):
+		return err
+	}
+	return &bothError{err, ctx.Err()}
 }

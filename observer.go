@@ -42,7 +42,22 @@ const (
 	// a backend's line, the backend says when: Request.Waiting). Its EventObtained or
 	// EventNotObtained, with Waited set, ends the wait.
 	EventWaiting
+	// EventUnavailable: an attempt of an Obtain, TryObtain, a semaphore's Acquire or an
+	// election's campaign failed because the store could not be reached, or refused for a
+	// reason that may pass (Err says which: it matches ErrUnavailable). A waiting call keeps
+	// trying; it tells this on its first such attempt and then at most every
+	// UnavailableEvery while its attempts keep failing. Attempts is how many failed since it
+	// last told it (the first time, 1); Duration is how long its attempts have been failing.
+	EventUnavailable
+	// EventAvailable: an attempt of a call that told EventUnavailable reached the store again
+	// (it was granted the lock, or found it held). Duration is how long its attempts had been
+	// failing.
+	EventAvailable
 )
+
+// UnavailableEvery is how often at most one call tells EventUnavailable while its attempts
+// keep failing on the store.
+const UnavailableEvery = 5 * time.Second
 
 func (k EventKind) String() string {
 	switch k {
@@ -64,6 +79,10 @@ func (k EventKind) String() string {
 		return "cleanup"
 	case EventWaiting:
 		return "waiting"
+	case EventUnavailable:
+		return "unavailable"
+	case EventAvailable:
+		return "available"
 	}
 	return "unknown"
 }
@@ -101,15 +120,23 @@ type Event struct {
 	// Lost is set on the EventReleased of a lock lost before it was released: the loss's
 	// EventLost counted it out already.
 	Lost bool
+	// Attempts is, for EventUnavailable, how many attempts failed on the store since the call
+	// last told EventUnavailable: a counter of them adds it.
+	Attempts int
 }
 
 // Outcome names how an Obtain or TryObtain ended, for a metric's label: "obtained", "held"
-// (held elsewhere at the last attempt), "timeout" (its context ended) or "error".
+// (held elsewhere at the last attempt), "unavailable" (the last attempt could not reach the
+// store, got no answer before the context ended, or was refused for a reason that may pass:
+// Err matches ErrUnavailable, and the context's error too when the context ended), "timeout"
+// (its context ended while the store answered) or "error".
 func (e Event) Outcome() string {
 	var held *HeldError
 	switch {
 	case e.Kind == EventObtained:
 		return "obtained"
+	case errors.Is(e.Err, ErrUnavailable):
+		return "unavailable"
 	case errors.Is(e.Err, context.DeadlineExceeded), errors.Is(e.Err, context.Canceled):
 		return "timeout"
 	case errors.As(e.Err, &held), errors.Is(e.Err, ErrNotObtained):
@@ -152,8 +179,11 @@ func slogObserver(h slog.Handler) func(Event) {
 	l := slog.New(h)
 	return func(e Event) {
 		level := slog.LevelDebug
-		if e.Kind == EventLost {
+		switch e.Kind {
+		case EventLost, EventUnavailable:
 			level = slog.LevelWarn
+		case EventAvailable:
+			level = slog.LevelInfo
 		}
 		if !h.Enabled(context.Background(), level) {
 			return
@@ -161,6 +191,9 @@ func slogObserver(h slog.Handler) func(Event) {
 		attrs := []slog.Attr{slog.String("lock", e.Name), slog.Duration("duration", e.Duration)}
 		if e.Token != 0 {
 			attrs = append(attrs, slog.Int64("token", e.Token))
+		}
+		if e.Attempts != 0 {
+			attrs = append(attrs, slog.Int("attempts", e.Attempts))
 		}
 		if e.Err != nil {
 			attrs = append(attrs, slog.String("error", e.Err.Error()))

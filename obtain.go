@@ -31,6 +31,16 @@ type request struct {
 	// the line granted it after a wait
 	waited, held bool
 	waitedAt     time.Time // when it told EventWaiting
+	store        storeState
+}
+
+// storeState is what a call's attempts found of the store: whether the last one that ran to
+// its end reached it, and what the call told of that (EventUnavailable, EventAvailable).
+type storeState struct {
+	down      error     // the last finished attempt's failure on the store; nil when it reached it
+	downSince time.Time // when its attempts began to fail
+	toldAt    time.Time // when it last told EventUnavailable
+	untold    int       // attempts failed since then
 }
 
 func (c *Client) obtain(ctx context.Context, name string, limit int, wait bool, opts []Option) (*Lock, error) {
@@ -92,9 +102,41 @@ func (c *Client) obtain(ctx context.Context, name string, limit int, wait bool, 
 		lock, err = c.waitForRelease(ctx, &r)
 	}
 	if err != nil && ctx.Err() != nil {
+		if errors.Is(err, ctx.Err()) && !errors.Is(err, ErrUnavailable) {
+			// The call ended while it waited between attempts or in the backend's line, which
+			// says nothing of the store: the last attempt does. A call whose attempts failed
+			// on the store is unavailable, not merely out of time.
+			err = r.store.down
+		}
 		err = notObtainedBy(err, ctx)
 	}
 	return c.obtained(&r, start, lock, err)
+}
+
+// reached records what an attempt that ended with err found of the store, and tells the
+// observer when the store goes out of reach (EventUnavailable, at most every UnavailableEvery)
+// and when it comes back (EventAvailable).
+func (c *Client) reached(ctx context.Context, r *request, err error) {
+	st := &r.store
+	switch {
+	case errors.Is(err, ErrUnavailable):
+		// An attempt the call's end cut short is one too: the store did not answer in time.
+		now := c.now()
+		if st.down == nil {
+			st.downSince = now
+		}
+		st.down = err
+		st.untold++
+		if st.toldAt.IsZero() || now.Sub(st.toldAt) >= UnavailableEvery {
+			c.emit(Event{Kind: EventUnavailable, Name: r.name, Duration: now.Sub(st.downSince), Err: err, Owner: r.owner, Context: r.vctx, Attempts: st.untold})
+			st.toldAt, st.untold = now, 0
+		}
+	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		// The call ended while it waited in the backend's line: nothing of the store.
+	case st.down != nil: // told at its first failure
+		c.emit(Event{Kind: EventAvailable, Name: r.name, Duration: c.now().Sub(st.downSince), Owner: r.owner, Context: r.vctx})
+		*st = storeState{}
+	}
 }
 
 // waitInLine waits in the backend's line; only failures to reach it are retried here.
@@ -209,6 +251,7 @@ func (c *Client) attempt(ctx context.Context, r *request, queue Queue) (*Lock, e
 	} else if held := (*HeldError)(nil); errors.As(err, &held) {
 		r.held = true
 	}
+	c.reached(ctx, r, err)
 	if err != nil && mayHaveTaken(err) {
 		c.undo(Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token, Limit: r.limit, NoMeta: r.s.meta == ""}, hold)
 		if r.fresh {

@@ -259,7 +259,8 @@ func WithClock(now func() time.Time) ClientOption { return func(c *Client) { c.n
 // called synchronously and must not block. Default: none; the library never logs by itself.
 func WithObserver(fn func(Event)) ClientOption { return func(c *Client) { c.observe = fn } }
 
-// WithLogger sends every event to h at debug level (loss at warn level): a convenience over
+// WithLogger sends every event to h at debug level — a loss and a store out of reach
+// (EventUnavailable) at warn level, the store reached again at info level: a convenience over
 // WithObserver.
 func WithLogger(h slog.Handler) ClientOption { return WithObserver(slogObserver(h)) }
 

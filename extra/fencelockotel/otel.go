@@ -45,6 +45,7 @@ type Observer struct {
 	cleanups metric.Int64Counter
 	waiters  metric.Int64UpDownCounter
 	handover metric.Int64Counter
+	unavail  metric.Int64Counter
 }
 
 type options struct {
@@ -116,6 +117,9 @@ func New(opts ...Option) (*Observer, error) {
 	obs.handover, err = meter.Int64Counter("fencelock.handovers", metric.WithUnit("{lock}"),
 		metric.WithDescription("Locks obtained after a wait for another holder, whose release or expiry handed the lock on."))
 	add(err)
+	obs.unavail, err = meter.Int64Counter("fencelock.unavailable.attempts", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts to obtain that failed because the store could not be reached, counted when a call tells them: at its first such failure, then at most every 5 s while they go on."))
+	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -145,10 +149,12 @@ func (o *Observer) Observe(e fencelock.Event) {
 		if e.Handover {
 			o.handover.Add(ctx, 1, at())
 		}
-		o.span(ctx, e, "fencelock.Obtain", now.Add(-e.Duration), now, out == "error", attribute.String("fencelock.outcome", out),
+		o.span(ctx, e, "fencelock.Obtain", now.Add(-e.Duration), now, out == "error" || out == "unavailable", attribute.String("fencelock.outcome", out),
 			attribute.Bool("fencelock.waited", e.Waited), attribute.Bool("fencelock.handover", e.Handover))
 	case fencelock.EventWaiting:
 		o.waiters.Add(ctx, 1, at())
+	case fencelock.EventUnavailable:
+		o.unavail.Add(ctx, int64(e.Attempts), at())
 	case fencelock.EventWaited:
 		o.waited.Record(ctx, e.Duration.Seconds(), at())
 	case fencelock.EventCleanup:

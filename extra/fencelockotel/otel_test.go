@@ -320,3 +320,65 @@ func TestFailedRefreshLossWaitsAndCleanups(t *testing.T) {
 		t.Errorf("fencelock.locks.held at the end: %+v, want 0", got["fencelock.locks.held"])
 	}
 }
+
+// A store out of reach was no instrument at all, and a call that ended while it was out of
+// reach was recorded as "timeout". Now its failed attempts are counted
+// (fencelock.unavailable.attempts) and the call's outcome is "unavailable", an error span.
+func TestUnavailableStoreCounted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
+	o, err := New(WithTracerProvider(tp), WithMeterProvider(mp), WithBackend("redis"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := testserver.StartRedis(t)
+	b := redisbackend.New(server.ClientT(t))
+	t.Cleanup(func() { _ = b.Close() })
+	c := fencelock.New(b, fencelock.WithObserver(o.Observe))
+	t.Cleanup(func() { _ = c.Close() })
+	if err := server.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	short, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = c.Obtain(short, "down")
+	scancel()
+	if !errors.Is(err, fencelock.ErrUnavailable) {
+		t.Fatalf("Obtain on a killed Redis: %v", err)
+	}
+	if n := sumOf(t, reader, "fencelock.unavailable.attempts"); n < 1 {
+		t.Fatalf("fencelock.unavailable.attempts = %d, want ≥ 1", n)
+	}
+	found := false
+	for _, s := range spans.Ended() {
+		if s.Name() == "fencelock.Obtain" && has(s.Attributes(), attribute.String("fencelock.outcome", "unavailable")) {
+			found = s.Status().Code == codes.Error
+		}
+	}
+	if !found {
+		t.Fatal("no fencelock.Obtain span with outcome unavailable and an error status")
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	var outcomes uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "fencelock.obtain.duration" {
+				for _, p := range h.DataPoints {
+					if v, ok := p.Attributes.Value("fencelock.outcome"); ok && v.AsString() == "unavailable" {
+						outcomes += p.Count
+					}
+				}
+			}
+		}
+	}
+	if outcomes != 1 {
+		t.Fatalf("fencelock.obtain.duration with outcome unavailable: %d, want 1", outcomes)
+	}
+}

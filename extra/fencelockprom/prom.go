@@ -32,6 +32,7 @@ type Metrics struct {
 	cleanups *prometheus.CounterVec // result
 	waiters  *prometheus.GaugeVec
 	handover *prometheus.CounterVec
+	unavail  *prometheus.CounterVec
 }
 
 // Option configures Metrics.
@@ -59,7 +60,7 @@ func New(opts ...Option) *Metrics {
 	}
 	buckets := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 	m.obtain = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "fencelock", Name: "obtain_seconds",
-		Help: "Time from an Obtain or TryObtain call to its return, waiting included, by outcome: obtained, held (elsewhere, at the last attempt), timeout (the context ended), error.", Buckets: buckets},
+		Help: "Time from an Obtain or TryObtain call to its return, waiting included, by outcome: obtained, held (elsewhere, at the last attempt), unavailable (the last attempt could not reach the store), timeout (the context ended while the store answered), error.", Buckets: buckets},
 		labels("outcome"))
 	m.waited = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "fencelock", Name: "wait_seconds",
 		Help: "How long a waiter slept before it was woken, by a release or its timer, and tried again; for a wait in a backend's line (Redis, etcd, ZooKeeper), its time in line until the grant.", Buckets: buckets}, labels())
@@ -79,11 +80,13 @@ func New(opts ...Option) *Metrics {
 		Help: "Obtain calls waiting now: their first attempt found the lock held (or, in a backend's line, they wait behind another holder)."}, labels())
 	m.handover = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "handovers_total",
 		Help: "Locks obtained after a wait for another holder: its release or expiry handed the lock on."}, labels())
+	m.unavail = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "unavailable_attempts_total",
+		Help: "Attempts to obtain (Obtain, TryObtain, a semaphore's Acquire, an election's campaign) that failed because the store could not be reached, counted when a call tells them: at its first such failure, then at most every 5 s while they go on. Its rate above zero means calls are waiting on a store out of reach."}, labels())
 	return m
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.obtain, m.waited, m.held, m.holding, m.renewals, m.losses, m.releases, m.cleanups, m.waiters, m.handover}
+	return []prometheus.Collector{m.obtain, m.waited, m.held, m.holding, m.renewals, m.losses, m.releases, m.cleanups, m.waiters, m.handover, m.unavail}
 }
 
 // Describe implements prometheus.Collector.
@@ -149,5 +152,7 @@ func (m *Metrics) Observe(e fencelock.Event) {
 			result = "failed"
 		}
 		m.cleanups.WithLabelValues(with(result)...).Inc()
+	case fencelock.EventUnavailable:
+		m.unavail.WithLabelValues(l...).Add(float64(e.Attempts))
 	}
 }

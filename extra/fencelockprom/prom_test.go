@@ -365,3 +365,57 @@ func TestMetricsOfLossesFailedRefreshesAndLines(t *testing.T) {
 		t.Errorf("wait_seconds after one wait in line: %d observations, want 1", n)
 	}
 }
+
+// A store out of reach was no series at all: calls waited or timed out as "timeout". Now the
+// attempts that failed on it are counted (fencelock_unavailable_attempts_total) and a call
+// that ended while they failed is the outcome "unavailable", read from the registry.
+func TestUnavailableStoreCounted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	server := testserver.StartRedis(t)
+	rdb := server.ClientT(t)
+	m := New(WithBackend("redis"), WithName(func(name string) string { kind, _, _ := strings.Cut(name, ":"); return kind }))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	b := redisbackend.New(rdb)
+	t.Cleanup(func() { _ = b.Close() })
+	c := fencelock.New(b, fencelock.WithObserver(m.Observe))
+	t.Cleanup(func() { _ = c.Close() })
+	if err := server.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	short, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := c.Obtain(short, "order:1")
+	scancel()
+	if !errors.Is(err, fencelock.ErrUnavailable) {
+		t.Fatalf("Obtain on a killed Redis: %v", err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attempts float64
+	var unavailable uint64
+	for _, f := range families {
+		for _, mt := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range mt.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["lock"] != "order" || labels["backend"] != "redis" {
+				continue
+			}
+			switch f.GetName() {
+			case "fencelock_unavailable_attempts_total":
+				attempts = mt.GetCounter().GetValue()
+			case "fencelock_obtain_seconds":
+				if labels["outcome"] == "unavailable" {
+					unavailable = mt.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	if attempts < 1 || unavailable != 1 {
+		t.Fatalf("fencelock_unavailable_attempts_total %v, fencelock_obtain_seconds{outcome=\"unavailable\"} count %d; want ≥ 1 and 1", attempts, unavailable)
+	}
+}
