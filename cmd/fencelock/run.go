@@ -44,6 +44,17 @@ The command gets FENCELOCK_NAME and FENCELOCK_TOKEN (the fencing token) in its e
 hand the token to the store it writes to, so that a write from a holder that lost the lock is
 refused.
 
+It also gets the lock's validity deadline, to check before each write: FENCELOCK_VALID_UNTIL,
+the first one, in Unix milliseconds, and FENCELOCK_VALID_UNTIL_FILE, the path of a file that
+run rewrites (whole, by rename) after each renewal with the deadline it moved to, in Unix
+milliseconds, and sets to 0 once the lock is lost. A command that reads the file before each
+write, and writes only while its own clock is before that deadline, writes nothing past it
+even when run is paused or cut off from the store and cannot end it in time: the file then
+keeps the last deadline, which passes. Only a pause of the command itself between its check
+and its write gets past that; only the store's check of FENCELOCK_TOKEN guards against it.
+For example:
+  [ "$(date +%s%3N)" -lt "$(cat "$FENCELOCK_VALID_UNTIL_FILE")" ] && write ...
+
 run holds the lock until every process of the command is gone: the command, and whatever it
 started, also in the background (run is their subreaper), not only until the command itself
 exits. The lock is renewed meanwhile. If it is lost anyway (the backend deleted it, or could
@@ -210,15 +221,26 @@ func run(ctx context.Context, g *globals, f *runFlags, name string, argv []strin
 		return err
 	}
 	defer st.close()
-	locker := st.client()
+	valid, err := newValidityFile()
+	if err != nil {
+		return err
+	}
+	defer valid.remove()
+	locker := st.client(fencelock.WithObserver(valid.observe))
 	defer locker.Close()
 	for {
 		lock, err := obtainForRun(ctx, st, locker, f, name, argv[0], sigs)
 		if err != nil {
 			return err
 		}
-		env := append(os.Environ(), "FENCELOCK_NAME="+name, "FENCELOCK_TOKEN="+strconv.FormatInt(lock.Token(), 10))
+		keeping, err := valid.keep(lock)
+		if err != nil {
+			return finish(lock, name, outcome{started: err})
+		}
+		env := append(os.Environ(), "FENCELOCK_NAME="+name, "FENCELOCK_TOKEN="+strconv.FormatInt(lock.Token(), 10),
+			"FENCELOCK_VALID_UNTIL="+strconv.FormatInt(lock.ValidUntil().UnixMilli(), 10), "FENCELOCK_VALID_UNTIL_FILE="+valid.path)
 		out := supervise(command{path: path, argv: argv, env: env}, lock, f.killAfter, sigs, cmd.ErrOrStderr())
+		keeping()
 		err = finish(lock, name, out)
 		if f.restart && out.started == nil && out.lost != nil {
 			fmt.Fprintf(cmd.ErrOrStderr(), "fencelock: %s; waiting for the lock again (--restart)\n", errorLine(err))
@@ -227,6 +249,7 @@ func run(ctx context.Context, g *globals, f *runFlags, name string, argv []strin
 			f = &again
 			continue
 		}
+		valid.remove() // ranCommand may end run by a signal, past the deferred calls
 		return ranCommand(out, err)
 	}
 }

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// run paused was not its command paused: the command wrote on with an old term beside the new
+// leader's. Now it gets the validity deadline to check before each write:
+// FENCELOCK_VALID_UNTIL, the first one, and FENCELOCK_VALID_UNTIL_FILE, which run rewrites
+// after each renewal and sets to 0 when the lock is lost, and removes when it exits.
+func TestRunGivesTheCommandItsDeadline(t *testing.T) {
+	r, env := redisEnv(t)
+	dir := t.TempDir()
+	// The command ignores SIGTERM, so that it outlives the loss until the test kills it.
+	script := fmt.Sprintf(`echo "$$ $FENCELOCK_VALID_UNTIL $FENCELOCK_VALID_UNTIL_FILE" > %s/env.tmp && mv %s/env.tmp %s/env; trap '' TERM; while :; do sleep 0.05; done`, dir, dir, dir)
+	p := startRun(t, env, "run", "--ttl", "1s", "--kill-after", "0", "deadline", "--", "sh", "-c", script)
+	waitFile(t, dir+"/env")
+	fields := lines(t, dir+"/env")
+	if len(fields) != 3 {
+		t.Fatalf("the command saw %q: want its PID, FENCELOCK_VALID_UNTIL and FENCELOCK_VALID_UNTIL_FILE", fields)
+	}
+	pid, _ := strconv.Atoi(fields[0])
+	killAtEnd(t, pid)
+	first, err := strconv.ParseInt(fields[1], 10, 64)
+	if err != nil || first <= 0 {
+		t.Fatalf("FENCELOCK_VALID_UNTIL=%q: want Unix milliseconds", fields[1])
+	}
+	file := fields[2]
+	read := func() int64 {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatalf("FENCELOCK_VALID_UNTIL_FILE: %v", err)
+		}
+		ms, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			t.Fatalf("FENCELOCK_VALID_UNTIL_FILE holds %q: want Unix milliseconds", b)
+		}
+		return ms
+	}
+	if got := read(); got < first {
+		t.Fatalf("FENCELOCK_VALID_UNTIL_FILE says %d, before FENCELOCK_VALID_UNTIL %d", got, first)
+	}
+	// A renewal moves it on (the watchdog renews a 1 s lock about every third of a second).
+	waitFor(t, 20*time.Second, "the deadline in FENCELOCK_VALID_UNTIL_FILE never moved past the first", func() bool { return read() > first })
+
+	// Lost: the file says 0, so that a command that checks it writes no more.
+	forceRelease(t, r, "deadline")
+	waitFor(t, 20*time.Second, "FENCELOCK_VALID_UNTIL_FILE did not say 0 after the loss", func() bool { return read() == 0 })
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != exitLost {
+		t.Fatalf("run exited %d after the loss, want %d; stderr %q", code, exitLost, p.errb.String())
+	}
+	if exists(file) {
+		t.Fatalf("%s outlived run", file)
+	}
+}
