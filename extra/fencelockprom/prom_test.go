@@ -226,8 +226,8 @@ func TestDashboardQueriesExportedSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
 	for _, k := range []fencelock.EventKind{fencelock.EventWaiting, fencelock.EventObtained, fencelock.EventNotObtained, fencelock.EventWaited, fencelock.EventRenewed,
-		fencelock.EventLost, fencelock.EventReleased, fencelock.EventCleanup} {
-		m.Observe(fencelock.Event{Kind: k, Name: "x", Duration: time.Millisecond, Waited: true, Handover: true})
+		fencelock.EventLost, fencelock.EventReleased, fencelock.EventCleanup, fencelock.EventUnavailable} {
+		m.Observe(fencelock.Event{Kind: k, Name: "x", Duration: time.Millisecond, Waited: true, Handover: true, Attempts: 1})
 	}
 	families, err := reg.Gather()
 	if err != nil {
