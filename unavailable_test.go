@@ -129,6 +129,36 @@ func TestUnavailableStoreIsTold(t *testing.T) {
 		}
 	})
 
+	t.Run("told again while it keeps failing, no sooner", func(t *testing.T) {
+		ev := newEvents()
+		var clock skewClock
+		c, proxy := unreachable(t, fencelock.WithObserver(ev.observe), fencelock.WithClock(clock.now))
+		name := lockName(t)
+		proxy.Cut()
+		call, cancel := context.WithCancel(ctx)
+		got := make(chan error, 1)
+		go func() {
+			// WithRetry, whose waits tell EventWaited, so that the test sees attempts made.
+			_, err := c.Obtain(call, name, fencelock.WithRetry(fencelock.LinearBackoff(10*time.Millisecond)))
+			got <- err
+		}()
+		ev.next(t, fencelock.EventUnavailable, name)
+		// Failed attempts go on, unsaid, until the Client's clock has moved UnavailableEvery.
+		ev.next(t, fencelock.EventWaited, name)
+		ev.next(t, fencelock.EventWaited, name)
+		if n := ev.count(fencelock.EventUnavailable, name); n != 1 {
+			t.Fatalf("%d EventUnavailable before %v passed", n, fencelock.UnavailableEvery)
+		}
+		clock.advance(fencelock.UnavailableEvery)
+		if e := ev.next(t, fencelock.EventUnavailable, name); e.Attempts < 2 || e.Duration < fencelock.UnavailableEvery {
+			t.Fatalf("the second EventUnavailable: %d attempts over %v; want those since the first (2 or more), over %v or more", e.Attempts, e.Duration, fencelock.UnavailableEvery)
+		}
+		cancel()
+		if err := <-got; !errors.Is(err, fencelock.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Obtain cancelled on a cut store: %v", err)
+		}
+	})
+
 	t.Run("a deadline on a store out of reach is unavailable, not timeout", func(t *testing.T) {
 		ev := newEvents()
 		c, proxy := unreachable(t, fencelock.WithObserver(ev.observe))
