@@ -98,10 +98,10 @@ type Event struct {
 	// names the hold.
 	Owner string
 	// Context is the context of the call the event belongs to — the Obtain or TryObtain
-	// (EventObtained, EventNotObtained, EventWaited), the Refresh (its EventRenewed), the
-	// Release (EventReleased) — or, for a loss, of the Obtain that made the hold; nil for the
-	// watchdog's renewals and the clean-up, which no caller waits for. A span or a log line
-	// can be parented to it.
+	// (EventObtained, EventNotObtained, EventWaited, EventUnavailable, EventAvailable), the
+	// Refresh (its EventRenewed), the Release (EventReleased) — or, for a loss, of the Obtain
+	// that made the hold; nil for the watchdog's renewals and the clean-up, which no caller
+	// waits for. A span or a log line can be parented to it.
 	Context context.Context
 	// Took is, for EventReleased, how long the Release call took (Duration is how long the
 	// lock was held).

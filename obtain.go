@@ -34,10 +34,10 @@ type request struct {
 	store        storeState
 }
 
-// storeState is what a call's attempts found of the store: whether the last one that ran to
-// its end reached it, and what the call told of that (EventUnavailable, EventAvailable).
+// storeState is what a call's attempts found of the store: whether the last one that said
+// anything of it reached it, and what the call told of that (EventUnavailable, EventAvailable).
 type storeState struct {
-	down      error     // the last finished attempt's failure on the store; nil when it reached it
+	down      error     // that attempt's failure on the store; nil when it reached the store
 	downSince time.Time // when its attempts began to fail
 	toldAt    time.Time // when it last told EventUnavailable
 	untold    int       // attempts failed since then
