@@ -62,3 +62,50 @@ func TestRunGivesTheCommandItsDeadline(t *testing.T) {
 		t.Fatalf("%s outlived run", file)
 	}
 }
+
+// The case of the issue: run alone is stopped (SIGSTOP), so it neither renews nor ends the
+// command. A command that checks FENCELOCK_VALID_UNTIL_FILE before each write stops writing by
+// itself once the deadline there passes, on its own clock; when run continues, it finds the
+// lock lost and ends the command.
+func TestRunPausedCommandStopsByItsDeadline(t *testing.T) {
+	_, env := redisEnv(t)
+	dir := t.TempDir()
+	script := fmt.Sprintf(`while :; do
+  now=$(date +%%s%%3N); until=$(cat "$FENCELOCK_VALID_UNTIL_FILE")
+  if [ "$now" -lt "$until" ]; then echo "$now $until" >> %[1]s/writes; else echo "$now $until" > %[1]s/refused.tmp && mv %[1]s/refused.tmp %[1]s/refused; fi
+  sleep 0.02
+done`, dir)
+	p := startRun(t, env, "run", "--ttl", "1s", "--kill-after", "1s", "paused", "--", "sh", "-c", script)
+	waitFile(t, dir+"/writes")
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	})
+	waitFile(t, dir+"/refused")
+	refused := lines(t, dir+"/refused")
+	writes := lines(t, dir+"/writes")
+	if len(refused) != 2 || len(writes) < 2 {
+		t.Fatalf("refused %q, writes %q", refused, writes)
+	}
+	// Every write was checked against a deadline still ahead on the command's clock, and the
+	// refusal came once the deadline that run, stopped, could no longer move had passed.
+	last, _ := strconv.ParseInt(writes[len(writes)-2], 10, 64)
+	lastUntil, _ := strconv.ParseInt(writes[len(writes)-1], 10, 64)
+	at, _ := strconv.ParseInt(refused[0], 10, 64)
+	until, _ := strconv.ParseInt(refused[1], 10, 64)
+	if last >= lastUntil || at < until || until <= 0 {
+		t.Fatalf("last write at %d under deadline %d; refused at %d under deadline %d", last, lastUntil, at, until)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	if code := p.wait(t); code != exitLost {
+		t.Fatalf("run exited %d after it continued past its lock's TTL, want %d; stderr %q", code, exitLost, p.errb.String())
+	}
+}
