@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -81,6 +83,9 @@ With --restart, run is a daemon under a leader election: when the lock is lost a
 command was ended, run waits for the lock again, without limit, and runs the command again
 with the new FENCELOCK_TOKEN (the leader's term). It exits only when the command exits on its
 own, or a signal ends it. fencelock status NAME shows who leads.
+
+While run waits for the lock (--wait, --restart) and every attempt fails on the backend, it
+says so on stderr every 5 s, and when the backend answers again.
 
 A signal while run waits for the lock ends the wait: run exits 128+signal, as a shell does,
 and the command is not started. Otherwise run exits with the command's own exit code.
@@ -226,7 +231,11 @@ func run(ctx context.Context, g *globals, f *runFlags, name string, argv []strin
 		return err
 	}
 	defer valid.remove()
-	locker := st.client(fencelock.WithObserver(valid.observe))
+	reach := &reachReport{w: cmd.ErrOrStderr(), name: name}
+	locker := st.client(fencelock.WithObserver(func(e fencelock.Event) {
+		valid.observe(e)
+		reach.observe(e)
+	}))
 	defer locker.Close()
 	for {
 		lock, err := obtainForRun(ctx, st, locker, f, name, argv[0], sigs)
@@ -344,4 +353,28 @@ func statusExit(ws syscall.WaitStatus) error {
 		return &exitError{code: code}
 	}
 	return nil
+}
+
+// reachReport tells run's stderr that the backend stays out of reach while run waits for the
+// lock, and when it answers again, so that a wait through an outage (--wait, --restart) is not
+// silent. The first failed attempt of a wait goes unsaid: run's own exit says it when run does
+// not wait, and a wait that gets through within fencelock.UnavailableEvery needs no word.
+type reachReport struct {
+	w    io.Writer
+	name string
+	mu   sync.Mutex
+	said bool // it said the backend is out of reach, and has not said it answers again
+}
+
+func (r *reachReport) observe(e fencelock.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case e.Kind == fencelock.EventUnavailable && e.Duration > 0:
+		fmt.Fprintf(r.w, "fencelock: lock %q: every attempt for %v failed on the backend (%s); still trying\n", r.name, e.Duration.Round(time.Second), errorLine(e.Err))
+		r.said = true
+	case e.Kind == fencelock.EventAvailable && r.said:
+		fmt.Fprintf(r.w, "fencelock: lock %q: the backend answers again, after %v\n", r.name, e.Duration.Round(time.Second))
+		r.said = false
+	}
 }

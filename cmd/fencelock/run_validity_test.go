@@ -109,3 +109,28 @@ done`, dir)
 		t.Fatalf("run exited %d after it continued past its lock's TTL, want %d; stderr %q", code, exitLost, p.errb.String())
 	}
 }
+
+// run --restart waited for the lock again through an outage without a word. Now it says, once
+// the backend has failed its attempts for fencelock.UnavailableEvery, that it still tries, and
+// when the backend answers again; then the next term begins.
+func TestRunRestartReportsOutage(t *testing.T) {
+	r, env := redisEnv(t)
+	dir := t.TempDir()
+	script := fmt.Sprintf(`echo "$FENCELOCK_TOKEN" >> %s/terms; exec sleep 30`, dir)
+	p := startRun(t, env, "run", "--wait", "-1s", "--restart", "--ttl", "1s", "--kill-after", "1s", "outage", "--", "sh", "-c", script)
+	terms := func() []string { return lines(t, dir+"/terms") }
+	waitFor(t, 20*time.Second, "the first term never began", func() bool { return len(terms()) == 1 })
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "run never said the backend fails its attempts", func() bool {
+		return strings.Contains(p.errb.String(), `lock "outage": every attempt for`) && strings.Contains(p.errb.String(), "still trying")
+	})
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "no second term after the backend came back", func() bool { return len(terms()) == 2 })
+	if !strings.Contains(p.errb.String(), `lock "outage": the backend answers again`) {
+		t.Errorf("run did not say the backend answers again: %q", p.errb.String())
+	}
+}
