@@ -40,6 +40,21 @@ type ReleaseWatcher interface {
 	WatchRelease(ctx context.Context, name string) (released <-chan struct{}, stop func(), err error)
 }
 
+// HolderWatcher is implemented by backends whose store pushes word of a change of a lock's
+// holder, so that Election.Observe looks when told instead of polling while someone leads.
+type HolderWatcher interface {
+	// WatchHolder returns a channel that receives a value each time the holder of the lock
+	// name, or what it published, may have changed: a release, a hand-over to the next in
+	// line, a metadata update (Publisher), and wherever the store can push them, an expiry
+	// and an acquisition of a free lock. It returns only once the watch is in place, and
+	// sends a value after a lapse of the watch (a reconnection) in which a change may have
+	// passed unseen. stop ends the watch; it is safe to call more than once.
+	WatchHolder(ctx context.Context, name string) (changed <-chan struct{}, stop func(), err error)
+	// PushesAcquisitions says the watch also tells of the expiry of a holder's lock and of
+	// the acquisition of a free lock; Observe polls for those where it does not.
+	PushesAcquisitions() bool
+}
+
 // Queue is implemented by backends that keep waiters in a fair, first-come first-served queue
 // (Redis, etcd, ZooKeeper). Obtain then waits inside AcquireQueued instead of retrying Acquire.
 type Queue interface {

@@ -88,17 +88,25 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	return Leader{Elected: true, Term: info.Token, Value: info.Meta, Owner: info.Owner, Remaining: info.Remaining}, nil
 }
 
-// ObserveInterval is how often Observe looks when nothing wakes it sooner.
+// ObserveInterval is how often Observe looks when nothing wakes it sooner, on a backend that
+// does not push word of every change (see Observe).
 const ObserveInterval = 250 * time.Millisecond
 
-// Observe sends who leads now, and then each change it sees — a new term, or no leader — until
-// ctx ends, when it closes the channel. It looks again when the backend announces a release
-// (Redis), when the leader's TTL runs out, and every ObserveInterval; a change between two
-// looks is seen at the next one, and a term that began and ended between two looks is not
-// reported. Terms never go back: a read of a term lower than one sent already (a lagging
-// replica, a quorum read that met a minority) is stale, and is not sent. A failure to read
-// sends nothing and is tried again; it never ends the stream.
-// Observe fails only when the call itself is unusable (a nil Client or context, an empty name).
+// Observe sends who leads now, and then each change it sees — a new term, no leader, or a new
+// value (Leadership.Proclaim) — until ctx ends, when it closes the channel.
+//
+// On a backend that pushes word of a change of holder (a HolderWatcher: Redis, etcd,
+// ZooKeeper, memorybackend), Observe looks when the store tells it: a release, a hand-over to
+// the next in line or a new value is seen at once, and a hand-over is reported as the next
+// term, with no "no leader" before it. Where the store does not push an expiry or the
+// acquisition of a free lock (Redis), Observe also looks when the leader's TTL runs out, and
+// every ObserveInterval while no one leads. On any other backend it looks when the backend
+// announces a release, when the leader's TTL runs out, and every ObserveInterval. A change
+// between two looks is seen at the next one, and a term that began and ended between two
+// looks is not reported. Terms never go back: a read of a term lower than one sent already (a
+// lagging replica, a quorum read that met a minority) is stale, and is not sent. A failure to
+// read sends nothing and is tried again; it never ends the stream. Observe fails only when the
+// call itself is unusable (a nil Client or context, an empty name).
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if err := e.c.check(ctx, e.name); err != nil {
 		return nil, err
@@ -106,11 +114,18 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	out := make(chan Leader, 1)
 	go func() {
 		defer close(out)
-		var released <-chan struct{}
-		if e.c.watcher != nil {
+		var changed <-chan struct{}
+		pushed, pushesAll := false, false
+		if hw, ok := e.c.b.(HolderWatcher); ok {
+			if ch, stop, err := hw.WatchHolder(ctx, e.name); err == nil {
+				defer stop()
+				changed, pushed, pushesAll = ch, true, hw.PushesAcquisitions()
+			}
+		}
+		if !pushed && e.c.watcher != nil {
 			if ch, stop, err := e.c.watcher.WatchRelease(ctx, e.name); err == nil {
 				defer stop()
-				released = ch
+				changed = ch
 			}
 		}
 		timer := time.NewTimer(0)
@@ -121,13 +136,13 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-released:
+			case <-changed:
 			case <-timer.C:
 			}
 			next := ObserveInterval
 			l, err := e.Leader(ctx)
 			if err == nil && !(l.Elected && l.Term < top) {
-				if !sent || l.Elected != last.Elected || l.Term != last.Term {
+				if !sent || l.Elected != last.Elected || l.Term != last.Term || l.Value != last.Value {
 					select {
 					case out <- l:
 					case <-ctx.Done():
@@ -136,11 +151,24 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 					last, sent = l, true
 					top = max(top, l.Term)
 				}
-				if l.Remaining > 0 {
+				switch {
+				case pushesAll:
+					next = 0 // the store tells of every change
+				case pushed && l.Elected && l.Remaining > 0:
+					next = l.Remaining + time.Millisecond
+				case l.Remaining > 0:
 					next = min(next, l.Remaining+time.Millisecond)
 				}
 			}
-			timer.Reset(next)
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			if next > 0 {
+				timer.Reset(next)
+			}
 		}
 	}()
 	return out, nil

@@ -17,6 +17,7 @@ func RunElection(t *testing.T, target Target) {
 	t.Run("CampaignContextEndsLeavesNothing", s.electCampaignContextEnds)
 	t.Run("CampaignFromALeadersContextIsANewContender", s.electNoReentry)
 	t.Run("ObserveSeesEachChange", s.electObserve)
+	t.Run("ObserveSeesHandOverAsNewTerm", s.electObserveHandOver)
 	t.Run("LossEndsLeadership", s.electLoss)
 	t.Run("LeadCampaignsAgainAfterLoss", s.electLeadAgain)
 	t.Run("LeadReturnsWhatFnReturns", s.electLeadReturns)
@@ -274,5 +275,96 @@ func (s suite) electLeadReturns(t *testing.T) {
 	}
 	if err := e.Lead(ctx, "x", nil); !errors.Is(err, fencelock.ErrInvalid) {
 		t.Fatalf("Lead with a nil function: %v, want ErrInvalid", err)
+	}
+}
+
+// On a backend that keeps a line, a leader's Resign hands the lock to the next contender in
+// the same step: Observe reports the next term and no "no leader" before it, in every round.
+// (Observe looks when the store pushes word of the hand-over, where it can.)
+func (s suite) electObserveHandOver(t *testing.T) {
+	if _, ok := s.New(t).(fencelock.Queue); !ok {
+		t.Skip("the backend keeps no line: a release frees the lock before the next contender takes it")
+	}
+	const rounds = 8
+	ctx := bounded(t, 120*time.Second)
+	name := s.name(t)
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	seen, err := s.client(t).Election(name).Observe(octx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string) fencelock.Leader {
+		t.Helper()
+		select {
+		case l, ok := <-seen:
+			if !ok {
+				t.Fatalf("Observe closed before %s", what)
+			}
+			return l
+		case <-ctx.Done():
+			t.Fatalf("Observe sent nothing more, waiting for %s", what)
+		}
+		return fencelock.Leader{}
+	}
+	if l := next("the first look"); l.Elected {
+		t.Fatalf("Observe's first look at a new election: %+v", l)
+	}
+	cur, err := s.client(t).Election(name).Campaign(ctx, "v0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := next("the first term"); l.Term != cur.Term() {
+		t.Fatalf("Observe after the first term began: %+v, want term %d", l, cur.Term())
+	}
+	for round := 1; round <= rounds; round++ {
+		inLine := make(chan struct{}, 1)
+		c := s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
+			if e.Kind == fencelock.EventWaiting {
+				select {
+				case inLine <- struct{}{}:
+				default:
+				}
+			}
+		}))
+		won := make(chan *fencelock.Leadership, 1)
+		errs := make(chan error, 1)
+		value := "v" + itoa(int64(round))
+		go func() {
+			l, err := c.Election(name).Campaign(ctx, value)
+			if err != nil {
+				errs <- err
+				return
+			}
+			won <- l
+		}()
+		select {
+		case <-inLine:
+		case err := <-errs:
+			t.Fatal(err)
+		case <-ctx.Done():
+			t.Fatalf("round %d: the contender never waited in line", round)
+		}
+		if err := cur.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case cur = <-won:
+		case err := <-errs:
+			t.Fatal(err)
+		case <-ctx.Done():
+			t.Fatalf("round %d: the contender in line never led", round)
+		}
+		for l := next("the handed-over term"); l.Term != cur.Term(); l = next("the handed-over term") {
+			if !l.Elected {
+				t.Fatalf("round %d: Observe reported no leader when the lock was handed over to term %d", round, cur.Term())
+			}
+			if l.Term > cur.Term() {
+				t.Fatalf("round %d: Observe reported term %d, want %d", round, l.Term, cur.Term())
+			}
+		}
+	}
+	if err := cur.Resign(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

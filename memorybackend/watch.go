@@ -104,3 +104,15 @@ func (b *Backend) WatchLoss(lease fencelock.Lease, lost func(reason error)) (sto
 }
 
 var errGone = fmt.Errorf("%w: memorybackend: the lock is not this holder's", fencelock.ErrNotHeld)
+
+// WatchHolder implements fencelock.HolderWatcher on the watches of WatchRelease: the channel
+// receives a value each time the lock name is released (and maybe handed to the next in line),
+// expires, is forgotten, or its holder publishes a new value (Publish). The acquisition of a
+// free lock is not told.
+func (b *Backend) WatchHolder(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return b.WatchRelease(ctx, name)
+}
+
+// PushesAcquisitions implements fencelock.HolderWatcher: the acquisition of a free lock is not
+// told.
+func (b *Backend) PushesAcquisitions() bool { return false }

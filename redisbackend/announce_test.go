@@ -64,3 +64,61 @@ func TestReleaseAnnouncedOnlyToListeners(t *testing.T) {
 		t.Fatal("the watcher of a release was not woken within 5s")
 	}
 }
+
+// A release that hands the lock to the next in line is announced to whoever watches the
+// lock's holder (Election.Observe): it was told to the waiter alone, and an observer learned
+// of the new term only at its next poll.
+func TestHandOverAnnouncedToHolderWatchers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	newBackend := func() *redisbackend.Backend {
+		b := redisbackend.New(rdb)
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	holder := fencelock.New(newBackend())
+	defer holder.Close()
+	inLine := make(chan struct{}, 1)
+	waiter := fencelock.New(newBackend(), fencelock.WithObserver(func(e fencelock.Event) {
+		if e.Kind == fencelock.EventWaiting {
+			inLine <- struct{}{}
+		}
+	}))
+	defer waiter.Close()
+	first, err := holder.Obtain(ctx, "handed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed, stop, err := newBackend().WatchHolder(ctx, "handed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	next := make(chan *fencelock.Lock, 1)
+	go func() {
+		l, err := waiter.Obtain(ctx, "handed")
+		if err != nil {
+			t.Error(err)
+		}
+		next <- l
+	}()
+	select {
+	case <-inLine:
+	case <-ctx.Done():
+		t.Fatal("the second caller never waited in line")
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := <-next
+	if second == nil {
+		return
+	}
+	defer second.Release(ctx)
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("the hand-over was never announced to the holder's watcher")
+	}
+}

@@ -1,7 +1,8 @@
 -- handover gives the free lock to the first live waiter in line (see queue.lua) and announces
--- the grant to the waiter's client on <lock>:g:<client id> as 'g <token> <hold id>@<owner>'.
--- With no live waiter it announces the release (see announce.lua of internal/redislayer). It
--- returns nil, or an error message.
+-- the grant to the waiter's client on <lock>:g:<client id> as 'g <token> <hold id>@<owner>',
+-- and to whoever watches the lock's holder (Election.Observe) on <lock>:released. With no live
+-- waiter it announces the release (see announce.lua of internal/redislayer). It returns nil,
+-- or an error message.
 local function handover(lock, fence, line, entries, retention, publish, count)
   if redis.call('EXISTS', line) == 1 then
     local t = redis.call('TIME')
@@ -23,6 +24,7 @@ local function handover(lock, fence, line, entries, retention, publish, count)
             return err
           end
           redis.call(publish, lock .. ':g:' .. client, 'g ' .. string.format('%.0f', token) .. ' ' .. head)
+          announce(lock, publish, count)
           if redis.call('EXISTS', line) == 1 then
             redis.call('HSET', lock, 'q', 1)
           end

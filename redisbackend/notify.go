@@ -40,3 +40,14 @@ func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{
 		return nil, nil, fmt.Errorf("%w: no acknowledgement of the subscription to %s", fencelock.ErrUnavailable, channel)
 	}
 }
+
+// WatchHolder implements fencelock.HolderWatcher on the channel of WatchRelease: the scripts
+// announce there a release, a hand-over to the next in line and a new value (Publish). A
+// lock's expiry and the acquisition of a free lock are not announced.
+func (b *Backend) WatchHolder(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return b.WatchRelease(ctx, name)
+}
+
+// PushesAcquisitions implements fencelock.HolderWatcher: Redis does not announce a lock's
+// expiry, nor the acquisition of a free lock.
+func (b *Backend) PushesAcquisitions() bool { return false }

@@ -198,3 +198,15 @@ func (f *flights) wait(deadline time.Time) bool {
 		return false
 	}
 }
+
+func (b *Backend) existsW(ctx context.Context, path string) (bool, <-chan zk.Event, error) {
+	type watched struct {
+		ok    bool
+		watch <-chan zk.Event
+	}
+	r, err := run(b, ctx, func() (watched, error) {
+		ok, _, w, err := b.conn.ExistsW(path)
+		return watched{ok, w}, err
+	})
+	return r.ok, r.watch, err
+}
