@@ -55,6 +55,17 @@ type HolderWatcher interface {
 	PushesAcquisitions() bool
 }
 
+// Publisher is implemented by backends that can change what a holder published about itself
+// (Request.Meta) while it holds the lock, without a new grant: Leadership.Proclaim uses it.
+type Publisher interface {
+	// Publish replaces the metadata of the lock of lease with meta (none when meta is empty),
+	// when lease.Owner holds it under lease.Token; the token and the TTL stay as they are, and
+	// the holder's watchers are told (HolderWatcher). It returns an error matching ErrNotHeld
+	// when the owner does not hold that lock. A permit (lease.Limit > 0) may be refused with
+	// an error matching ErrInvalid.
+	Publish(ctx context.Context, lease Lease, meta string) error
+}
+
 // Queue is implemented by backends that keep waiters in a fair, first-come first-served queue
 // (Redis, etcd, ZooKeeper). Obtain then waits inside AcquireQueued instead of retrying Acquire.
 type Queue interface {

@@ -3,6 +3,8 @@ package fencelock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 )
 
@@ -23,9 +25,10 @@ func (c *Client) Election(name string, opts ...Option) *Election {
 	return &Election{c: c, name: name, opts: opts}
 }
 
-// Leadership is a term of office won by Campaign.
+// Leadership is a term of office won by Campaign. It is safe for concurrent use.
 type Leadership struct {
 	lock  *Lock
+	mu    sync.Mutex // guards value
 	value string
 }
 
@@ -64,8 +67,48 @@ func (l *Leadership) Context() context.Context { return l.lock.Context() }
 // Term returns the term: the fencing token of the leadership's lock.
 func (l *Leadership) Term() int64 { return l.lock.Token() }
 
-// Value returns what the leader campaigned with.
-func (l *Leadership) Value() string { return l.value }
+// Value returns what the leader campaigned with, or proclaimed since.
+func (l *Leadership) Value() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.value
+}
+
+// Proclaim publishes value as the leader's in place of what it campaigned with, up to
+// MaxMetadata bytes, without a new election: the term stays, and Leader and Observe see the
+// new value (etcd's Proclaim). It fails with the term's error (matching ErrLost or ErrNotHeld)
+// when the leadership is no longer valid, or the store says it ended; with one matching ErrInvalid and
+// errors.ErrUnsupported on a backend that cannot change a held lock's value (Redlock: it is
+// not a Publisher). When it fails otherwise (ErrUnavailable), the store may hold either value.
+func (l *Leadership) Proclaim(ctx context.Context, value string) error {
+	if l == nil || l.lock == nil {
+		return fmt.Errorf("%w: nil leadership", ErrNotHeld)
+	}
+	if ctx == nil {
+		return invalidf("nil context")
+	}
+	if len(value) > MaxMetadata {
+		return invalidf("metadata of %d bytes is longer than the maximum %d", len(value), MaxMetadata)
+	}
+	p, ok := l.lock.c.b.(Publisher)
+	if !ok {
+		return errNoPublish
+	}
+	if err := l.lock.Valid(); err != nil {
+		return err
+	}
+	h := l.lock.h
+	h.mu.Lock()
+	h.noMeta = false // from now on the release may have metadata to remove
+	h.mu.Unlock()
+	if err := p.Publish(ctx, h.lease(), value); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.value = value
+	l.mu.Unlock()
+	return nil
+}
 
 // Valid reports whether the leadership can still be trusted, as Lock.Valid does.
 func (l *Leadership) Valid() error { return l.lock.Valid() }

@@ -147,3 +147,7 @@ var errNoSemaphores = invalidf("this backend keeps no semaphores (Redis, etcd an
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
+
+// errNoPublish is the error of Leadership.Proclaim on a backend that cannot change a held
+// lock's metadata. It matches ErrInvalid and errors.ErrUnsupported.
+var errNoPublish = fmt.Errorf("%w: %w: this backend cannot change a held lock's published value (Redis, etcd, ZooKeeper and memorybackend can; it does not implement fencelock.Publisher)", ErrInvalid, errors.ErrUnsupported)

@@ -40,7 +40,6 @@ type hold struct {
 	name, owner string
 	limit       int // the semaphore's, for a permit; 0 for a lock
 	token       int64
-	noMeta      bool // its first grant's request published no metadata
 	watchdog    bool
 	onLost      func(string, error)
 	vctx        context.Context // the context of the Obtain that made the hold, for the observer
@@ -52,6 +51,7 @@ type hold struct {
 	expiry      *time.Timer   // fires at the deadline; set once, under mu (see newHold)
 
 	mu       sync.Mutex
+	noMeta   bool // its first grant's request published no metadata, nor a Publish since
 	phase    phase
 	cause    error         // why the hold ended: a *lostError or releasedError
 	ttl      time.Duration // the TTL renewals ask for: the longest any of its holds asked for, or Refresh's

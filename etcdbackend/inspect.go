@@ -17,7 +17,7 @@ import (
 // Inspect implements fencelock.Backend. The holder's metadata is read at the revision its key
 // was read at, and only the metadata made with that key counts: owner IDs are reused (see
 // ReusesOwners), and a later read would find what the owner published for its next lock, or
-// nothing once it released this one.
+// nothing once it released this one. Metadata made before the key is an earlier lock's.
 func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, error) {
 	if err := b.usable(name); err != nil {
 		return fencelock.Info{}, err
@@ -54,8 +54,10 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 	info.Owner = strings.TrimPrefix(string(kv.Key), pfx)
 	info.Count = len(h)
 	info.Token = kv.CreateRevision
-	if len(meta) > 0 && meta[0].CreateRevision == kv.CreateRevision {
-		info.Meta = string(meta[0].Value) // made with the key, in its transaction
+	if len(meta) > 0 && meta[0].CreateRevision >= kv.CreateRevision {
+		// Made with the key, in its transaction, or by a Publish while the key lived: one made
+		// before it is left from an earlier lock of the same owner.
+		info.Meta = string(meta[0].Value)
 	}
 	if kv.Lease != 0 {
 		ttl, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))

@@ -126,3 +126,38 @@ func (b *Backend) get(ctx context.Context, key string) (*mvccpb.KeyValue, error)
 	}
 	return resp.Kvs[0], nil
 }
+
+var _ fencelock.Publisher = (*Backend)(nil)
+
+// Publish implements fencelock.Publisher: the holder's metadata key is written (deleted for
+// empty metadata) on the lease of its lock's key, in a transaction that holds only while that
+// key is the one made at lease.Token. The watches of WatchHolder see the write. A permit's
+// metadata cannot be changed.
+func (b *Backend) Publish(ctx context.Context, lease fencelock.Lease, meta string) error {
+	if err := b.usable(lease.Name); err != nil {
+		return err
+	}
+	if lease.Limit > 0 {
+		return fmt.Errorf("%w: the metadata of a semaphore's permit cannot be changed", fencelock.ErrInvalid)
+	}
+	key := b.Key(lease.Name, lease.Owner)
+	resp, err := b.c.Get(ctx, key)
+	if err != nil {
+		return classify(err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != lease.Token {
+		return fmt.Errorf("%w: %q is not held by this owner under token %d in etcd", fencelock.ErrNotHeld, lease.Name, lease.Token)
+	}
+	op := clientv3.OpDelete(b.metaKey(lease.Name, lease.Owner))
+	if meta != "" {
+		op = clientv3.OpPut(b.metaKey(lease.Name, lease.Owner), meta, clientv3.WithLease(clientv3.LeaseID(resp.Kvs[0].Lease)))
+	}
+	txn, err := b.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", lease.Token)).Then(op).Commit()
+	switch {
+	case err != nil:
+		return classify(err)
+	case !txn.Succeeded:
+		return fmt.Errorf("%w: %q is not held by this owner under token %d in etcd", fencelock.ErrNotHeld, lease.Name, lease.Token)
+	}
+	return nil
+}

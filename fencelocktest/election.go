@@ -3,6 +3,7 @@ package fencelocktest
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ func RunElection(t *testing.T, target Target) {
 	t.Run("CampaignFromALeadersContextIsANewContender", s.electNoReentry)
 	t.Run("ObserveSeesEachChange", s.electObserve)
 	t.Run("ObserveSeesHandOverAsNewTerm", s.electObserveHandOver)
+	t.Run("ProclaimChangesTheValueNotTheTerm", s.electProclaim)
 	t.Run("LossEndsLeadership", s.electLoss)
 	t.Run("LeadCampaignsAgainAfterLoss", s.electLeadAgain)
 	t.Run("LeadReturnsWhatFnReturns", s.electLeadReturns)
@@ -366,5 +368,94 @@ func (s suite) electObserveHandOver(t *testing.T) {
 	}
 	if err := cur.Resign(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Proclaim changes the leader's value in place: the term stays, and Leader and Observe see the
+// new value. A backend that cannot says so with errors.ErrUnsupported.
+func (s suite) electProclaim(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	watcher := s.client(t).Election(name)
+	seen, err := watcher.Observe(octx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string) fencelock.Leader {
+		t.Helper()
+		select {
+		case l, ok := <-seen:
+			if !ok {
+				t.Fatalf("Observe closed before %s", what)
+			}
+			return l
+		case <-ctx.Done():
+			t.Fatalf("Observe sent nothing more, waiting for %s", what)
+		}
+		return fencelock.Leader{}
+	}
+	if l := next("the first look"); l.Elected {
+		t.Fatalf("Observe's first look at a new election: %+v", l)
+	}
+	l, err := s.client(t).Election(name).Campaign(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := next("the term"); o.Term != l.Term() || o.Value != "first" {
+		t.Fatalf("Observe after the election: %+v, want term %d and value first", o, l.Term())
+	}
+	err = l.Proclaim(ctx, "second")
+	if errors.Is(err, errors.ErrUnsupported) {
+		if !errors.Is(err, fencelock.ErrInvalid) {
+			t.Errorf("Proclaim on a backend that cannot: %v, want it to match ErrInvalid too", err)
+		}
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"second", "", "third"} {
+		if v != "second" {
+			if err := l.Proclaim(ctx, v); err != nil {
+				t.Fatalf("Proclaim(%q): %v", v, err)
+			}
+		}
+		if o := next("the value " + v); !o.Elected || o.Term != l.Term() || o.Value != v {
+			t.Fatalf("Observe after Proclaim(%q): %+v, want term %d with that value", v, o, l.Term())
+		}
+		if o, err := watcher.Leader(ctx); err != nil || o.Term != l.Term() || o.Value != v {
+			t.Fatalf("Leader after Proclaim(%q): %+v, %v; want term %d with that value", v, o, err, l.Term())
+		}
+		if l.Value() != v || l.Valid() != nil {
+			t.Fatalf("after Proclaim(%q): the leadership's value %q, Valid %v", v, l.Value(), l.Valid())
+		}
+	}
+	if err := l.Proclaim(ctx, strings.Repeat("v", fencelock.MaxMetadata+1)); !errors.Is(err, fencelock.ErrInvalid) {
+		t.Fatalf("Proclaim of a value over MaxMetadata: %v, want ErrInvalid", err)
+	}
+	if err := l.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o := next("no leader"); o.Elected {
+		t.Fatalf("Observe after the leader resigned: %+v", o)
+	}
+	if err := l.Proclaim(ctx, "late"); !errors.Is(err, fencelock.ErrNotHeld) {
+		t.Fatalf("Proclaim after Resign: %v, want ErrNotHeld", err)
+	}
+	// A Proclaim the store refuses: the lock was removed behind the leader's back.
+	l, err = s.client(t).Election(name).Campaign(ctx, "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Resign(ctx)
+	s.Drop(t, name)
+	if err := l.Proclaim(ctx, "dropped"); err == nil {
+		if o, err := watcher.Leader(ctx); err == nil && o.Value == "dropped" {
+			t.Fatalf("Proclaim after the lock was removed published %+v", o)
+		}
+	} else if !errors.Is(err, fencelock.ErrNotHeld) && !errors.Is(err, fencelock.ErrLost) {
+		t.Fatalf("Proclaim after the lock was removed: %v, want ErrNotHeld or ErrLost", err)
 	}
 }

@@ -1,6 +1,7 @@
 package memorybackend
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -93,4 +94,39 @@ func lockInfo(e *entry, now time.Time) fencelock.Info {
 		info.Held, info.Owner, info.Count, info.Token, info.Remaining, info.Meta = true, h.owner, h.count(), h.token, h.expires.Sub(now), h.meta
 	}
 	return info
+}
+
+var _ fencelock.Publisher = (*Backend)(nil)
+
+// Publish implements fencelock.Publisher: the holder's metadata is replaced, and the watches
+// of WatchHolder are woken. A permit's metadata cannot be changed.
+func (b *Backend) Publish(ctx context.Context, lease fencelock.Lease, meta string) error {
+	if lease.Name == "" {
+		return errNoName
+	}
+	if lease.Limit > 0 {
+		return fmt.Errorf("%w: memorybackend: the metadata of a semaphore's permit cannot be changed", fencelock.ErrInvalid)
+	}
+	return b.call(ctx, "publish", lease.Name, func() error {
+		var fx effects
+		s := b.s
+		s.mu.Lock()
+		now := time.Now()
+		e := s.get(lease.Name)
+		s.settle(e, now, &fx)
+		h := e.lock
+		var err error
+		if h == nil || h.owner != lease.Owner || h.token != lease.Token {
+			err = fmt.Errorf("%w: memorybackend: %q is not this owner's lock", fencelock.ErrNotHeld, lease.Name)
+		} else {
+			h.meta = meta
+			for w := range e.released {
+				fx.wakes = append(fx.wakes, w)
+			}
+		}
+		s.finish(e, now, &fx)
+		s.mu.Unlock()
+		fx.run()
+		return err
+	})
 }

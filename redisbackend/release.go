@@ -31,3 +31,25 @@ func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold strin
 	}
 	return int(n), nil
 }
+
+var _ fencelock.Publisher = (*Backend)(nil)
+
+// Publish implements fencelock.Publisher: one script replaces the lock's metadata, when the
+// owner holds it under the lease's token, and announces the change on the lock's release
+// channel (see WatchHolder). A permit's metadata cannot be changed.
+func (b *Backend) Publish(ctx context.Context, lease fencelock.Lease, meta string) error {
+	if err := b.usable(lease.Name); err != nil {
+		return err
+	}
+	if lease.Limit > 0 {
+		return fmt.Errorf("%w: the metadata of a semaphore's permit cannot be changed", fencelock.ErrInvalid)
+	}
+	n, err := redisconn.Int64(b.pipe.run(ctx, publishScript, []string{b.Key(lease.Name)}, lease.Owner, lease.Token, meta, b.announce.Publish, b.announce.Count))
+	switch {
+	case err != nil:
+		return redislayer.Classify(err)
+	case n < 0:
+		return fmt.Errorf("%w: %q is not held by this owner under token %d in Redis", fencelock.ErrNotHeld, lease.Name, lease.Token)
+	}
+	return nil
+}

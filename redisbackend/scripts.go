@@ -28,6 +28,8 @@ var (
 	inspectSrc string
 	//go:embed force.lua
 	forceBody string
+	//go:embed publish.lua
+	publishBody string
 	//go:embed sem.lua
 	semSrc string
 	//go:embed sem_acquire.lua
@@ -54,6 +56,7 @@ var (
 	releaseScript = redisconn.NewScript(releaseSrc)
 	inspectScript = redisconn.NewScript(inspectSrc)
 	forceScript   = redisconn.NewScript(redislayer.AnnounceLua + takeSrc + handoverSrc + forceBody)
+	publishScript = redisconn.NewScript(redislayer.AnnounceLua + publishBody)
 
 	// The semaphore's scripts share sem.lua; those that issue tokens, take.lua's next_token.
 	semAcquireScript = redisconn.NewScript(takeSrc + semSrc + semAcquireBody)

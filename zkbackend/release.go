@@ -191,3 +191,42 @@ func (b *Backend) remove(ctx context.Context, path string, version int32, crowde
 	}
 	return err
 }
+
+var _ fencelock.Publisher = (*Backend)(nil)
+
+// Publish implements fencelock.Publisher: the metadata in the owner's lock node, first in line
+// and made at lease.Token, is replaced by a write of the version read, which fires the watches
+// of WatchHolder. A write that met another (a renewal, a re-entry) reads the node again. A
+// permit's metadata cannot be changed.
+func (b *Backend) Publish(ctx context.Context, lease fencelock.Lease, meta string) error {
+	if err := b.usable(ctx, lease.Name); err != nil {
+		return err
+	}
+	if lease.Limit > 0 {
+		return fmt.Errorf("%w: the metadata of a semaphore's permit cannot be changed", fencelock.ErrInvalid)
+	}
+	k := keyOf(lease.Name, lease.Owner, 0)
+	for range lookTries {
+		h, err := b.headOf(ctx, k)
+		if err != nil {
+			return err
+		}
+		if h.token != lease.Token {
+			return laterNode(k)
+		}
+		data := h.data
+		data.meta = meta
+		stat, err := b.set(ctx, h.path, data.encode(), h.version)
+		switch {
+		case err == zk.ErrBadVersion:
+			continue // written meanwhile: read it again
+		case err == zk.ErrNoNode:
+			return fmt.Errorf("%w: %q is no longer held by this owner in ZooKeeper", fencelock.ErrNotHeld, lease.Name)
+		case err != nil:
+			return classify(err)
+		}
+		b.update(k, h.path, data, stat.Version)
+		return nil
+	}
+	return fmt.Errorf("%w: %q was written %d times while its metadata was being replaced", fencelock.ErrUnavailable, lease.Name, lookTries)
+}
