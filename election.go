@@ -17,6 +17,15 @@ type Election struct {
 	c    *Client
 	name string
 	opts []Option
+
+	mu      sync.Mutex                // guards running
+	running map[*runningTerm]struct{} // the terms whose fn a Lead of this Election runs now
+}
+
+// runningTerm is a term whose fn runs, and when its context ended (zero while it has not).
+type runningTerm struct {
+	l     *Leadership
+	ended time.Time // guarded by Election.mu; set by the first to see the term ended
 }
 
 // Election returns the election name. opts apply to every Campaign (WithTTL, WithWatchdog...);
@@ -255,7 +264,9 @@ func (e *Election) Lead(ctx context.Context, value string, fn func(ctx context.C
 		// a pause past its term sees the loss on its next check, before any timer fires. A
 		// context wrapped around it would not, until the hold's timer ran.
 		stop := context.AfterFunc(ctx, func() { l.lock.lctx.cancel(context.Cause(ctx)) })
+		done := e.runs(l)
 		ferr := fn(l.Context(), l.Term())
+		done()
 		stop()
 		lost := l.lock.lostErr()
 		rctx, cancel := afterCall(ctx)
@@ -281,4 +292,75 @@ func endedBy(ctx context.Context, err error) error {
 		return err
 	}
 	return &bothError{err, ctx.Err()}
+}
+
+// runs records that fn runs for the term of l until the returned func is called, for Healthy.
+func (e *Election) runs(l *Leadership) (done func()) {
+	r := &runningTerm{l: l}
+	e.mu.Lock()
+	if e.running == nil {
+		e.running = make(map[*runningTerm]struct{})
+	}
+	e.running[r] = struct{}{}
+	e.mu.Unlock()
+	stop := context.AfterFunc(l.Context(), func() {
+		now := e.c.now()
+		e.mu.Lock()
+		if r.ended.IsZero() {
+			r.ended = now
+		}
+		e.mu.Unlock()
+	})
+	return func() {
+		stop()
+		e.mu.Lock()
+		delete(e.running, r)
+		e.mu.Unlock()
+	}
+}
+
+// Healthy returns nil unless a Lead of this Election still runs its function for a term that
+// ended more than tolerance ago: the function ignored its context, and this process may act as
+// leader beside the next one (client-go's leader health check). It is meant for a liveness
+// check that restarts such a process:
+//
+//	http.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+//		if err := election.Healthy(10 * time.Second); err != nil {
+//			http.Error(w, err.Error(), http.StatusInternalServerError)
+//		}
+//	})
+//
+// The error matches ErrLost. A term ends when it is lost, resigned or its Lead's context ends;
+// one whose validity passed while the process was paused counts from its validity deadline. Healthy reads the clock and
+// makes no call; it is safe for concurrent use. A negative tolerance is an error matching
+// ErrInvalid.
+func (e *Election) Healthy(tolerance time.Duration) error {
+	if tolerance < 0 {
+		return invalidf("negative health tolerance %v", tolerance)
+	}
+	e.mu.Lock()
+	terms := make([]*runningTerm, 0, len(e.running))
+	for r := range e.running {
+		terms = append(terms, r)
+	}
+	e.mu.Unlock()
+	now := e.c.now()
+	for _, r := range terms {
+		if r.l.Valid() == nil {
+			continue
+		}
+		e.mu.Lock()
+		if r.ended.IsZero() {
+			r.ended = now // ended before its AfterFunc ran
+		}
+		ended := r.ended
+		e.mu.Unlock()
+		if until := r.l.lock.ValidUntil(); until.Before(ended) {
+			ended = until
+		}
+		if late := now.Sub(ended); late > tolerance {
+			return fmt.Errorf("%w: election %q: term %d ended %v ago, and its Lead function still runs", ErrLost, e.name, r.l.Term(), late.Round(time.Millisecond))
+		}
+	}
+	return nil
 }
