@@ -66,6 +66,18 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	if err != nil {
 		return nil, err
 	}
+	if e.c.observe != nil {
+		elected := e.c.now()
+		ev := Event{Name: e.name, Token: lock.Token(), Owner: lock.Owner()}
+		e.c.emit(Event{Kind: EventElected, Name: ev.Name, Token: ev.Token, Owner: ev.Owner, Context: ctx})
+		context.AfterFunc(lock.Context(), func() {
+			ev.Kind, ev.Duration = EventTermEnded, e.c.now().Sub(elected)
+			if cause := context.Cause(lock.Context()); errors.Is(cause, ErrLost) || errors.Is(cause, ErrClosed) {
+				ev.Err = cause
+			}
+			e.c.emit(ev)
+		})
+	}
 	return &Leadership{lock: lock, value: value}, nil
 }
 

@@ -53,6 +53,14 @@ const (
 	// (it was granted the lock, or found it held). Duration is how long its attempts had been
 	// failing.
 	EventAvailable
+	// EventElected: Campaign (or Lead) won a term of the election Name; Token is the term.
+	// The term's lock was told as EventObtained before: a leadership counts among the locks
+	// held too.
+	EventElected
+	// EventTermEnded: a term won by Campaign ended — resigned, lost (Err says why), or its
+	// Client closed; Duration is how long it lasted. It is told from a goroutine of its own
+	// once the term's context ended, and may come after the Client's next EventElected.
+	EventTermEnded
 )
 
 // UnavailableEvery is how often at most one call tells EventUnavailable while its attempts
@@ -83,6 +91,10 @@ func (k EventKind) String() string {
 		return "unavailable"
 	case EventAvailable:
 		return "available"
+	case EventElected:
+		return "elected"
+	case EventTermEnded:
+		return "term ended"
 	}
 	return "unknown"
 }

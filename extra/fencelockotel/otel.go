@@ -10,6 +10,16 @@
 // Spans carry the backend and the fencing token; the lock name only with WithNames, since
 // names are unbounded. It is a module of its own, so that fencelock itself never depends on
 // OpenTelemetry.
+//
+// The instruments, each with the fencelock.backend attribute: fencelock.obtain.duration,
+// fencelock.wait.duration, fencelock.hold.duration, fencelock.locks.held, fencelock.renewals,
+// fencelock.losses, fencelock.releases, fencelock.cleanups, fencelock.waiters,
+// fencelock.handovers, and fencelock.leader: 1 while this process leads the election named by
+// its fencelock.election attribute (a term won by Campaign or Lead that has not ended), 0
+// after. Election names are an attribute as they are: keep them few. Every hold is a lock to
+// these instruments: a semaphore's permit, a read-write lock's read or write lock and a
+// leadership each count in fencelock.locks.held while held, and in fencelock.waiters while they
+// wait.
 package fencelockotel
 
 import (
@@ -46,6 +56,7 @@ type Observer struct {
 	waiters  metric.Int64UpDownCounter
 	handover metric.Int64Counter
 	unavail  metric.Int64Counter
+	leader   metric.Int64UpDownCounter
 }
 
 type options struct {
@@ -119,6 +130,8 @@ func New(opts ...Option) (*Observer, error) {
 	add(err)
 	obs.unavail, err = meter.Int64Counter("fencelock.unavailable.attempts", metric.WithUnit("{attempt}"),
 		metric.WithDescription("Attempts to obtain that failed because the store could not be reached, counted when a call tells them: at its first such failure, then at most every 5 s while they go on."))
+	obs.leader, err = meter.Int64UpDownCounter("fencelock.leader", metric.WithUnit("{term}"),
+		metric.WithDescription("1 while this process leads the election (a term won by Campaign or Lead that has not ended), 0 otherwise."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -155,6 +168,10 @@ func (o *Observer) Observe(e fencelock.Event) {
 		o.waiters.Add(ctx, 1, at())
 	case fencelock.EventUnavailable:
 		o.unavail.Add(ctx, int64(e.Attempts), at())
+	case fencelock.EventElected:
+		o.leader.Add(ctx, 1, at(attribute.String("fencelock.election", e.Name)))
+	case fencelock.EventTermEnded:
+		o.leader.Add(ctx, -1, at(attribute.String("fencelock.election", e.Name)))
 	case fencelock.EventWaited:
 		o.waited.Record(ctx, e.Duration.Seconds(), at())
 	case fencelock.EventCleanup:

@@ -382,3 +382,80 @@ func TestUnavailableStoreCounted(t *testing.T) {
 		t.Fatalf("fencelock.obtain.duration with outcome unavailable: %d, want 1", outcomes)
 	}
 }
+
+// fencelock.leader is 1 for the election while this process leads it, and 0 once the term
+// ended, by a resignation or a loss.
+func TestLeaderInstrument(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	o, err := New(WithMeterProvider(mp), WithBackend("redis"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := testserver.StartRedis(t).ClientT(t)
+	b := redisbackend.New(rdb)
+	t.Cleanup(func() { _ = b.Close() })
+	ended := make(chan fencelock.Event, 2)
+	c := fencelock.New(b, fencelock.WithObserver(func(e fencelock.Event) {
+		o.Observe(e)
+		if e.Kind == fencelock.EventTermEnded {
+			ended <- e
+		}
+	}))
+	t.Cleanup(func() { _ = c.Close() })
+	leading := func() int64 {
+		t.Helper()
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				s, ok := m.Data.(metricdata.Sum[int64])
+				if !ok || m.Name != "fencelock.leader" {
+					continue
+				}
+				var n int64
+				for _, p := range s.DataPoints {
+					if v, _ := p.Attributes.Value("fencelock.election"); v.AsString() != "scheduler" {
+						t.Fatalf("fencelock.leader of election %q", v.AsString())
+					}
+					n += p.Value
+				}
+				return n
+			}
+		}
+		return 0
+	}
+	e := c.Election("scheduler", fencelock.WithTTL(2*time.Second))
+	l, err := e.Campaign(ctx, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := leading(); n != 1 {
+		t.Fatalf("fencelock.leader while leading = %d, want 1", n)
+	}
+	if err := l.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-ended
+	if n := leading(); n != 0 {
+		t.Fatalf("fencelock.leader after the resignation = %d, want 0", n)
+	}
+	if l, err = e.Campaign(ctx, "host-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, b.Key("scheduler")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-ended; !errors.Is(ev.Err, fencelock.ErrLost) {
+		t.Fatalf("EventTermEnded of a loss: %+v", ev)
+	}
+	if n := leading(); n != 0 {
+		t.Fatalf("fencelock.leader after the loss = %d, want 0", n)
+	}
+	_ = l.Resign(ctx)
+}

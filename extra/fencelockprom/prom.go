@@ -8,6 +8,16 @@
 // Lock names are unbounded, so they are no label unless WithName maps each to one of a bounded
 // set (an order ID stripped from "order:10086", say). It is a module of its own, so that
 // fencelock itself never depends on client_golang.
+//
+// The metrics, each with a backend label (and a lock label with WithName):
+// fencelock_obtain_seconds{outcome}, fencelock_wait_seconds, fencelock_hold_seconds{end},
+// fencelock_locks_held, fencelock_renewals_total{result}, fencelock_losses_total{cause},
+// fencelock_releases_total{result}, fencelock_cleanups_total{result}, fencelock_waiters,
+// fencelock_handovers_total, and fencelock_leader{election}: 1 while this process leads the
+// election of that name (Campaign or Lead won a term that has not ended), 0 after. Election
+// names are a label as they are: keep them few. Every hold is a lock to these metrics: a
+// semaphore's permit, a read-write lock's read or write lock and a leadership each count in
+// fencelock_locks_held while held, and in fencelock_waiters while they wait.
 package fencelockprom
 
 import (
@@ -33,6 +43,7 @@ type Metrics struct {
 	waiters  *prometheus.GaugeVec
 	handover *prometheus.CounterVec
 	unavail  *prometheus.CounterVec
+	leader   *prometheus.GaugeVec // election
 }
 
 // Option configures Metrics.
@@ -82,11 +93,13 @@ func New(opts ...Option) *Metrics {
 		Help: "Locks obtained after a wait for another holder: its release or expiry handed the lock on."}, labels())
 	m.unavail = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencelock", Name: "unavailable_attempts_total",
 		Help: "Attempts to obtain (Obtain, TryObtain, a semaphore's Acquire, an election's campaign) that failed because the store could not be reached, counted when a call tells them: at its first such failure, then at most every 5 s while they go on. Its rate above zero means calls are waiting on a store out of reach."}, labels())
+	m.leader = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "fencelock", Name: "leader",
+		Help: "1 while this process leads the election (a term won by Campaign or Lead that has not ended), 0 otherwise."}, []string{"backend", "election"})
 	return m
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.obtain, m.waited, m.held, m.holding, m.renewals, m.losses, m.releases, m.cleanups, m.waiters, m.handover, m.unavail}
+	return []prometheus.Collector{m.obtain, m.waited, m.held, m.holding, m.renewals, m.losses, m.releases, m.cleanups, m.waiters, m.handover, m.unavail, m.leader}
 }
 
 // Describe implements prometheus.Collector.
@@ -146,6 +159,10 @@ func (m *Metrics) Observe(e fencelock.Event) {
 		if !e.Lost { // a lost lock was counted out at its loss
 			m.holding.WithLabelValues(l...).Dec()
 		}
+	case fencelock.EventElected:
+		m.leader.WithLabelValues(m.backend, e.Name).Inc()
+	case fencelock.EventTermEnded:
+		m.leader.WithLabelValues(m.backend, e.Name).Dec()
 	case fencelock.EventCleanup:
 		result := "ok"
 		if e.Err != nil {

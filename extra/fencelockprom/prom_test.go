@@ -419,3 +419,64 @@ func TestUnavailableStoreCounted(t *testing.T) {
 		t.Fatalf("fencelock_unavailable_attempts_total %v, fencelock_obtain_seconds{outcome=\"unavailable\"} count %d; want ≥ 1 and 1", attempts, unavailable)
 	}
 }
+
+// fencelock_leader{election} is 1 while this process leads, and 0 once the term ended, by a
+// resignation or a loss.
+func TestLeaderGauge(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	m := New(WithBackend("redis"))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	ended := make(chan fencelock.Event, 2)
+	b := redisbackend.New(rdb)
+	t.Cleanup(func() { _ = b.Close() })
+	c := fencelock.New(b, fencelock.WithObserver(func(e fencelock.Event) {
+		m.Observe(e)
+		if e.Kind == fencelock.EventTermEnded {
+			ended <- e
+		}
+	}))
+	t.Cleanup(func() { _ = c.Close() })
+	gauge := func() float64 { return testutil.ToFloat64(m.leader.WithLabelValues("redis", "scheduler")) }
+	e := c.Election("scheduler", fencelock.WithTTL(2*time.Second))
+
+	l, err := e.Campaign(ctx, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := gauge(); g != 1 {
+		t.Fatalf("fencelock_leader while leading = %v, want 1", g)
+	}
+	if err := l.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-ended; ev.Err != nil || ev.Token != l.Term() {
+		t.Fatalf("EventTermEnded of a resignation: %+v", ev)
+	}
+	if g := gauge(); g != 0 {
+		t.Fatalf("fencelock_leader after the resignation = %v, want 0", g)
+	}
+
+	l, err = e.Campaign(ctx, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := gauge(); g != 1 {
+		t.Fatalf("fencelock_leader in the second term = %v, want 1", g)
+	}
+	if err := rdb.Del(ctx, b.Key("scheduler")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-ended; !errors.Is(ev.Err, fencelock.ErrLost) || ev.Token != l.Term() {
+		t.Fatalf("EventTermEnded of a loss: %+v, want an error matching ErrLost", ev)
+	}
+	if g := gauge(); g != 0 {
+		t.Fatalf("fencelock_leader after the loss = %v, want 0", g)
+	}
+	_ = l.Resign(ctx)
+	if n, err := testutil.GatherAndCount(reg, "fencelock_leader"); err != nil || n != 1 {
+		t.Fatalf("fencelock_leader series: %d, %v; want 1", n, err)
+	}
+}
