@@ -238,6 +238,36 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	return out, nil
 }
 
+// OnNewLeader calls fn with who leads now, and then with each change Observe reports — a new
+// term, no leader, a new value — from one goroutine, one call at a time, until ctx ends or
+// stop is called: every instance of a service can follow who leads (client-go's
+// OnNewLeader), whether it campaigns or not. stop waits for a call of fn under way, and no
+// call follows it; it is safe to call more than once, but not from fn. A nil fn is an error matching ErrInvalid.
+func (e *Election) OnNewLeader(ctx context.Context, fn func(Leader)) (stop func(), err error) {
+	if fn == nil {
+		return nil, invalidf("nil function")
+	}
+	if ctx == nil {
+		return nil, invalidf("nil context")
+	}
+	octx, cancel := context.WithCancel(ctx)
+	seen, err := e.Observe(octx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for l := range seen {
+			if octx.Err() == nil { // none after stop, or once ctx ended
+				fn(l)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
 // Lead runs fn while this caller leads, and campaigns again whenever a term is lost, until ctx
 // ends: the shape of a daemon where one instance of many does the work. fn gets the term's
 // context, which ends when the term is lost or ctx ends, and the term. Lead resigns after

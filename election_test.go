@@ -47,3 +47,63 @@ func TestLeadContextReadsTheClock(t *testing.T) {
 		t.Error("right after the pause, fn's ctx.Done() was not closed")
 	}
 }
+
+// OnNewLeader tells every instance who leads, in order: no one, each term, a new value, no
+// one again; stop waits for the callback.
+func TestOnNewLeader(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	rdb := singleClient(t)
+	name := lockName(t)
+	follower := newLocker(t, rdb).Election(name)
+	if _, err := follower.OnNewLeader(ctx, nil); !errors.Is(err, fencelock.ErrInvalid) {
+		t.Fatalf("OnNewLeader with a nil function: %v, want ErrInvalid", err)
+	}
+	told := make(chan fencelock.Leader)
+	stop, err := follower.OnNewLeader(ctx, func(l fencelock.Leader) { told <- l })
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(want string) fencelock.Leader {
+		t.Helper()
+		select {
+		case l := <-told:
+			return l
+		case <-ctx.Done():
+			t.Fatalf("OnNewLeader told nothing, waiting for %s", want)
+		}
+		return fencelock.Leader{}
+	}
+	if l := next("no leader"); l.Elected {
+		t.Fatalf("first call: %+v, want no leader", l)
+	}
+	e := newLocker(t, rdb).Election(name, fencelock.WithTTL(5*time.Second))
+	a, err := e.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := next("a's term"); l.Term != a.Term() || l.Value != "a" {
+		t.Fatalf("after a was elected: %+v, want term %d", l, a.Term())
+	}
+	if err := a.Proclaim(ctx, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	if l := next("a's new value"); l.Term != a.Term() || l.Value != "a2" {
+		t.Fatalf("after a proclaimed a2: %+v", l)
+	}
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := next("no leader"); l.Elected {
+		t.Fatalf("after a resigned: %+v, want no leader", l)
+	}
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	// A call under way when stop came is waited for; none follows.
+	select {
+	case l := <-told:
+		t.Logf("a last change told while stopping: %+v", l)
+	case <-stopped:
+	}
+	<-stopped
+	stop() // again: nothing to do
+}
