@@ -75,6 +75,14 @@ type Queue interface {
 	AcquireQueued(ctx context.Context, req Request) (Grant, error)
 }
 
+// LineLister is implemented by a Queue that can list its line: Election.Candidates uses it.
+type LineLister interface {
+	// Line returns the waiters in the line of the lock name, first in line first, each as an
+	// Info with Name, Owner and Meta (what the waiter's request published); one waiter per
+	// owner, and never the holder. A waiter whose place lapsed may be left out.
+	Line(ctx context.Context, name string) ([]Info, error)
+}
+
 // OwnerReuser is implemented by backends whose store keeps a trace of every key it deleted
 // until the store is compacted, and walks those traces wherever it looks at a lock's line: etcd
 // keeps a key per owner in a lock's queue, and each acquisition reads the queue. A name taken

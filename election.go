@@ -152,6 +152,51 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	return Leader{Elected: true, Term: info.Token, Value: info.Meta, Owner: info.Owner, Remaining: info.Remaining}, nil
 }
 
+// Candidate is a contender of an election: its leader, or one waiting in line to lead.
+type Candidate struct {
+	// Owner is the owner ID of the contender's lock or place in line.
+	Owner string
+	// Value is what it campaigned with (or, for the leader, proclaimed since).
+	Value string
+	// Leader says it leads; Term is then its term, and zero otherwise.
+	Leader bool
+	Term   int64
+}
+
+// Candidates lists who campaigns now: the leader first, if any, then the contenders waiting
+// in line, first in line first (Curator's participants). The leader and the line are read one
+// after the other, not at one instant. A backend that keeps no line it can list (Redlock; it
+// is not a LineLister) lists the leader alone, and says so with an error matching ErrInvalid
+// and errors.ErrUnsupported beside it. A contender that waits under WithRetry, outside the
+// line, is not listed.
+func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
+	if err := e.c.check(ctx, e.name); err != nil {
+		return nil, err
+	}
+	var out []Candidate
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if l.Elected {
+		out = append(out, Candidate{Owner: l.Owner, Value: l.Value, Leader: true, Term: l.Term})
+	}
+	ll, ok := e.c.b.(LineLister)
+	if !ok {
+		return out, errNoLine
+	}
+	line, err := ll.Line(ctx, e.name)
+	if err != nil {
+		return out, err
+	}
+	for _, w := range line {
+		if w.Owner != l.Owner {
+			out = append(out, Candidate{Owner: w.Owner, Value: w.Meta})
+		}
+	}
+	return out, nil
+}
+
 // ObserveInterval is how often Observe looks when nothing wakes it sooner, on a backend that
 // does not push word of every change (see Observe).
 const ObserveInterval = 250 * time.Millisecond

@@ -151,3 +151,7 @@ func invalidf(format string, args ...any) error {
 // errNoPublish is the error of Leadership.Proclaim on a backend that cannot change a held
 // lock's metadata. It matches ErrInvalid and errors.ErrUnsupported.
 var errNoPublish = fmt.Errorf("%w: %w: this backend cannot change a held lock's published value (Redis, etcd, ZooKeeper and memorybackend can; it does not implement fencelock.Publisher)", ErrInvalid, errors.ErrUnsupported)
+
+// errNoLine is the error of Election.Candidates on a backend that cannot list its line. It
+// matches ErrInvalid and errors.ErrUnsupported.
+var errNoLine = fmt.Errorf("%w: %w: this backend cannot list the contenders waiting in line (Redis, etcd, ZooKeeper and memorybackend can; it does not implement fencelock.LineLister)", ErrInvalid, errors.ErrUnsupported)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -71,4 +72,46 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 		}
 	}
 	return info, nil
+}
+
+var _ fencelock.LineLister = (*Backend)(nil)
+
+// Line implements fencelock.LineLister: the keys of the lock's queue after the first, in the
+// order of their creation, with their metadata read at the same revision (only metadata made
+// with or after each key counts, as in Inspect).
+func (b *Backend) Line(ctx context.Context, name string) ([]fencelock.Info, error) {
+	if err := b.usable(name); err != nil {
+		return nil, err
+	}
+	pfx := b.queuePrefix(name)
+	for {
+		resp, err := b.c.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil {
+			return nil, classify(err)
+		}
+		if len(resp.Kvs) < 2 {
+			return nil, nil
+		}
+		mpfx := b.prefix + "!meta/" + url.PathEscape(name) + "/"
+		m, err := b.c.Get(ctx, mpfx, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision))
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			continue // compacted in between: read both again
+		}
+		if err != nil {
+			return nil, classify(fmt.Errorf("reading the metadata of %q: %w", name, err))
+		}
+		meta := make(map[string]*mvccpb.KeyValue, len(m.Kvs))
+		for _, kv := range m.Kvs {
+			meta[strings.TrimPrefix(string(kv.Key), mpfx)] = kv
+		}
+		out := make([]fencelock.Info, 0, len(resp.Kvs)-1)
+		for _, kv := range resp.Kvs[1:] {
+			info := fencelock.Info{Name: name, Owner: strings.TrimPrefix(string(kv.Key), pfx)}
+			if mk := meta[info.Owner]; mk != nil && mk.CreateRevision >= kv.CreateRevision {
+				info.Meta = string(mk.Value)
+			}
+			out = append(out, info)
+		}
+		return out, nil
+	}
 }

@@ -20,6 +20,7 @@ func RunElection(t *testing.T, target Target) {
 	t.Run("ObserveSeesEachChange", s.electObserve)
 	t.Run("ObserveSeesHandOverAsNewTerm", s.electObserveHandOver)
 	t.Run("ProclaimChangesTheValueNotTheTerm", s.electProclaim)
+	t.Run("CandidatesListTheLeaderAndTheLine", s.electCandidates)
 	t.Run("LossEndsLeadership", s.electLoss)
 	t.Run("LeadCampaignsAgainAfterLoss", s.electLeadAgain)
 	t.Run("LeadReturnsWhatFnReturns", s.electLeadReturns)
@@ -457,5 +458,83 @@ func (s suite) electProclaim(t *testing.T) {
 		}
 	} else if !errors.Is(err, fencelock.ErrNotHeld) && !errors.Is(err, fencelock.ErrLost) {
 		t.Fatalf("Proclaim after the lock was removed: %v, want ErrNotHeld or ErrLost", err)
+	}
+}
+
+// Candidates lists the leader, then the contenders in line, first come first, with their
+// values. A backend that cannot list its line lists the leader, and says errors.ErrUnsupported.
+func (s suite) electCandidates(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	reader := s.client(t).Election(name)
+	if got, err := reader.Candidates(ctx); len(got) != 0 || (err != nil && !errors.Is(err, errors.ErrUnsupported)) {
+		t.Fatalf("Candidates of an election no one campaigns in: %+v, %v", got, err)
+	}
+	leader, err := s.client(t).Election(name).Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := reader.Candidates(ctx)
+	if errors.Is(err, errors.ErrUnsupported) {
+		if len(got) != 1 || !got[0].Leader || got[0].Term != leader.Term() {
+			t.Fatalf("Candidates on a backend without a line: %+v, want the leader", got)
+		}
+		_ = leader.Resign(ctx)
+		t.Skip(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	won := make(chan *fencelock.Leadership, 2)
+	for _, v := range []string{"b", "c"} {
+		inLine := make(chan struct{}, 1)
+		c := s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
+			if e.Kind == fencelock.EventWaiting {
+				select {
+				case inLine <- struct{}{}:
+				default:
+				}
+			}
+		}))
+		go func() {
+			if l, err := c.Election(name).Campaign(cctx, v); err == nil {
+				won <- l
+			}
+		}()
+		select {
+		case <-inLine:
+		case <-ctx.Done():
+			t.Fatalf("contender %s never waited in line", v)
+		}
+	}
+	want := func(what string, term int64, values ...string) {
+		t.Helper()
+		got, err := reader.Candidates(ctx)
+		if err != nil {
+			t.Fatalf("Candidates %s: %v", what, err)
+		}
+		var vs []string
+		for i, c := range got {
+			vs = append(vs, c.Value)
+			if c.Leader != (i == 0) || (i == 0 && c.Term != term) || (i > 0 && c.Term != 0) || c.Owner == "" {
+				t.Fatalf("Candidates %s: %+v, want the leader of term %d first", what, got, term)
+			}
+		}
+		if strings.Join(vs, ",") != strings.Join(values, ",") {
+			t.Fatalf("Candidates %s: values %v, want %v (%+v)", what, vs, values, got)
+		}
+	}
+	want("with a leader and two in line", leader.Term(), "a", "b", "c")
+	if err := leader.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := <-won
+	want("after the hand-over", next.Term(), "b", "c")
+	if err := next.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := <-won
+	want("with the last contender", last.Term(), "c")
+	if err := last.Resign(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

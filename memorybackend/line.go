@@ -126,3 +126,29 @@ func (s *Store) leave(w *waiter, line *[]*waiter, why error) error {
 	fx.run()
 	return why
 }
+
+var _ fencelock.LineLister = (*Backend)(nil)
+
+// Line implements fencelock.LineLister: the waiters in the lock's line, first first, one per
+// owner.
+func (b *Backend) Line(ctx context.Context, name string) (out []fencelock.Info, err error) {
+	if name == "" {
+		return nil, errNoName
+	}
+	err = b.call(ctx, "line", name, func() error {
+		b.s.read(name, func(e *entry, now time.Time) {
+			seen := make(map[string]bool)
+			if e.lock != nil {
+				seen[e.lock.owner] = true
+			}
+			for _, w := range e.lockLine {
+				if !seen[w.req.Owner] {
+					seen[w.req.Owner] = true
+					out = append(out, fencelock.Info{Name: name, Owner: w.req.Owner, Meta: w.req.Meta})
+				}
+			}
+		})
+		return nil
+	})
+	return out, err
+}

@@ -278,3 +278,31 @@ func (b *Backend) undo(req fencelock.Request) {
 		_, _ = b.release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}, req.Hold)
 	})
 }
+
+var _ fencelock.LineLister = (*Backend)(nil)
+
+// Line implements fencelock.LineLister: one script reads the line and the waiters' entries,
+// and leaves out those whose place lapsed.
+func (b *Backend) Line(ctx context.Context, name string) ([]fencelock.Info, error) {
+	if err := b.usable(name); err != nil {
+		return nil, err
+	}
+	keys := b.queueKeys(name)
+	reply, err := redisconn.Slice(b.pipe.run(ctx, lineScript, keys[2:4]))
+	if err != nil {
+		return nil, redislayer.Classify(err)
+	}
+	var out []fencelock.Info
+	seen := make(map[string]bool)
+	for i := 0; i+1 < len(reply); i += 2 {
+		member, _ := reply[i].(string)
+		meta, _ := reply[i+1].(string)
+		_, owner, ok := strings.Cut(member, "@")
+		if !ok || seen[owner] {
+			continue
+		}
+		seen[owner] = true
+		out = append(out, fencelock.Info{Name: name, Owner: owner, Meta: meta})
+	}
+	return out, nil
+}

@@ -30,6 +30,8 @@ var (
 	forceBody string
 	//go:embed publish.lua
 	publishBody string
+	//go:embed line.lua
+	lineSrc string
 	//go:embed sem.lua
 	semSrc string
 	//go:embed sem_acquire.lua
@@ -57,6 +59,7 @@ var (
 	inspectScript = redisconn.NewScript(inspectSrc)
 	forceScript   = redisconn.NewScript(redislayer.AnnounceLua + takeSrc + handoverSrc + forceBody)
 	publishScript = redisconn.NewScript(redislayer.AnnounceLua + publishBody)
+	lineScript    = redisconn.NewScript(lineSrc)
 
 	// The semaphore's scripts share sem.lua; those that issue tokens, take.lua's next_token.
 	semAcquireScript = redisconn.NewScript(takeSrc + semSrc + semAcquireBody)

@@ -31,3 +31,38 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 	}
 	return info, fmt.Errorf("%w: %q changed hands %d times while being inspected", fencelock.ErrUnavailable, name, lookTries)
 }
+
+var _ fencelock.LineLister = (*Backend)(nil)
+
+// Line implements fencelock.LineLister: the lock nodes after the first, in the order of their
+// sequence numbers, each read for its owner and metadata; a node gone meanwhile is left out.
+// An owner with more than one node (waiters of one owner) is listed once.
+func (b *Backend) Line(ctx context.Context, name string) ([]fencelock.Info, error) {
+	if err := b.usable(ctx, name); err != nil {
+		return nil, err
+	}
+	q, err := b.queue(ctx, b.Path(name))
+	if err != nil || len(q) < 2 {
+		return nil, err
+	}
+	head, _, err := b.read(ctx, b.Path(name)+"/"+q[0].name)
+	if err != nil && err != errVanished {
+		return nil, err
+	}
+	seen := map[string]bool{head.owner: err == nil}
+	var out []fencelock.Info
+	for _, e := range q[1:] {
+		data, _, err := b.read(ctx, b.Path(name)+"/"+e.name)
+		switch {
+		case err == errVanished:
+			continue
+		case err != nil:
+			return out, err
+		case seen[data.owner]:
+			continue
+		}
+		seen[data.owner] = true
+		out = append(out, fencelock.Info{Name: name, Owner: data.owner, Meta: data.meta})
+	}
+	return out, nil
+}
