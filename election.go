@@ -209,7 +209,9 @@ const ObserveInterval = 250 * time.Millisecond
 // the next in line or a new value is seen at once, and a hand-over is reported as the next
 // term, with no "no leader" before it. Where the store does not push an expiry or the
 // acquisition of a free lock (Redis), Observe also looks when the leader's TTL runs out, and
-// every ObserveInterval while no one leads. On any other backend it looks when the backend
+// every ObserveInterval while no one leads; a Redis key removed other than by a release or
+// ForceRelease (a DEL by hand, an eviction, a failover that lost it) is seen when the leader's
+// TTL would have run out. On any other backend it looks when the backend
 // announces a release, when the leader's TTL runs out, and every ObserveInterval. A change
 // between two looks is seen at the next one, and a term that began and ended between two
 // looks is not reported. Terms never go back: a read of a term lower than one sent already (a

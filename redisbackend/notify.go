@@ -42,8 +42,9 @@ func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{
 }
 
 // WatchHolder implements fencelock.HolderWatcher on the channel of WatchRelease: the scripts
-// announce there a release, a hand-over to the next in line and a new value (Publish). A
-// lock's expiry and the acquisition of a free lock are not announced.
+// announce there a release, a hand-over to the next in line, a ForceRelease and a new value
+// (Publish). A lock's expiry, the acquisition of a free lock and a key removed other than by
+// the scripts (a DEL by hand, an eviction, a failover that lost it) are not announced.
 func (b *Backend) WatchHolder(ctx context.Context, name string) (<-chan struct{}, func(), error) {
 	return b.WatchRelease(ctx, name)
 }
