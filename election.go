@@ -207,11 +207,10 @@ const ObserveInterval = 250 * time.Millisecond
 // On a backend that pushes word of a change of holder (a HolderWatcher: Redis, etcd,
 // ZooKeeper, memorybackend), Observe looks when the store tells it: a release, a hand-over to
 // the next in line or a new value is seen at once, and a hand-over is reported as the next
-// term, with no "no leader" before it. Where the store does not push an expiry or the
-// acquisition of a free lock (Redis), Observe also looks when the leader's TTL runs out, and
-// every ObserveInterval while no one leads; a Redis key removed other than by a release or
-// ForceRelease (a DEL by hand, an eviction, a failover that lost it) is seen when the leader's
-// TTL would have run out. On any other backend it looks when the backend
+// term, with no "no leader" before it. Where the store does not push every change (Redis and
+// memorybackend: an expiry, the acquisition of a free lock, a Redis key removed by hand or lost
+// in a failover), Observe also looks when the leader's TTL runs out and every ObserveInterval;
+// where it does (etcd, ZooKeeper), it looks only when told. On any other backend it looks when the backend
 // announces a release, when the leader's TTL runs out, and every ObserveInterval. A change
 // between two looks is seen at the next one, and a term that began and ended between two
 // looks is not reported. Terms never go back: a read of a term lower than one sent already (a
@@ -226,7 +225,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	go func() {
 		defer close(out)
 		var changed <-chan struct{}
-		pushed, pushesAll := false, false
+		pushed, pushesAll := false, false // a HolderWatcher's watch, and whether it tells all
 		if hw, ok := e.c.b.(HolderWatcher); ok {
 			if ch, stop, err := hw.WatchHolder(ctx, e.name); err == nil {
 				defer stop()
@@ -265,8 +264,6 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 				switch {
 				case pushesAll:
 					next = 0 // the store tells of every change
-				case pushed && l.Elected && l.Remaining > 0:
-					next = l.Remaining + time.Millisecond
 				case l.Remaining > 0:
 					next = min(next, l.Remaining+time.Millisecond)
 				}
