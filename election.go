@@ -380,6 +380,25 @@ func endedBy(ctx context.Context, err error) error {
 	return &bothError{err, ctx.Err()}
 }
 
+// Proclaim publishes value as the leader's for the term a Lead of this Election runs now, as
+// Leadership.Proclaim does: for a Lead's fn, which has no Leadership. A later term of the Lead
+// campaigns with the Lead's value again. It fails with an error matching ErrNotHeld when no
+// Lead of this Election runs a term.
+func (e *Election) Proclaim(ctx context.Context, value string) error {
+	e.mu.Lock()
+	var l *Leadership
+	for r := range e.running {
+		if l == nil || r.l.Term() > l.Term() {
+			l = r.l
+		}
+	}
+	e.mu.Unlock()
+	if l == nil {
+		return fmt.Errorf("%w: election %q: no Lead of this Election runs a term", ErrNotHeld, e.name)
+	}
+	return l.Proclaim(ctx, value)
+}
+
 // runs records that fn runs for the term of l until the returned func is called, for Healthy.
 func (e *Election) runs(l *Leadership) (done func()) {
 	r := &runningTerm{l: l}

@@ -107,3 +107,30 @@ func TestOnNewLeader(t *testing.T) {
 	<-stopped
 	stop() // again: nothing to do
 }
+
+// A Lead's fn, which has no Leadership, proclaims a new value through its Election: Leader
+// sees it in the same term. Without a running term it is ErrNotHeld.
+func TestElectionProclaimFromLead(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	c := newLocker(t, singleClient(t))
+	e := c.Election(lockName(t), fencelock.WithTTL(5*time.Second))
+	if err := e.Proclaim(ctx, "idle"); !errors.Is(err, fencelock.ErrNotHeld) {
+		t.Fatalf("Proclaim with no Lead running: %v, want ErrNotHeld", err)
+	}
+	err := e.Lead(ctx, "starting", func(fctx context.Context, term int64) error {
+		if err := e.Proclaim(fctx, "serving"); err != nil {
+			return err
+		}
+		l, err := e.Leader(fctx)
+		if err != nil {
+			return err
+		}
+		if l.Term != term || l.Value != "serving" {
+			t.Errorf("Leader after Proclaim from fn: %+v, want term %d with value serving", l, term)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
