@@ -130,6 +130,7 @@ func New(opts ...Option) (*Observer, error) {
 	add(err)
 	obs.unavail, err = meter.Int64Counter("fencelock.unavailable.attempts", metric.WithUnit("{attempt}"),
 		metric.WithDescription("Attempts to obtain that failed because the store could not be reached, counted when a call tells them: at its first such failure, then at most every 5 s while they go on."))
+	add(err)
 	obs.leader, err = meter.Int64UpDownCounter("fencelock.leader", metric.WithUnit("{term}"),
 		metric.WithDescription("1 while this process leads the election (a term won by Campaign or Lead that has not ended), 0 otherwise."))
 	add(err)
