@@ -102,10 +102,11 @@ func (c *Client) obtain(ctx context.Context, name string, limit int, wait bool, 
 		lock, err = c.waitForRelease(ctx, &r)
 	}
 	if err != nil && ctx.Err() != nil {
-		if errors.Is(err, ctx.Err()) && !errors.Is(err, ErrUnavailable) {
+		if r.store.down != nil && errors.Is(err, ctx.Err()) && !errors.Is(err, ErrUnavailable) {
 			// The call ended while it waited between attempts or in the backend's line, which
 			// says nothing of the store: the last attempt does. A call whose attempts failed
-			// on the store is unavailable, not merely out of time.
+			// on the store is unavailable, not merely out of time. Otherwise the wait's own
+			// error says what the call waited for.
 			err = r.store.down
 		}
 		err = notObtainedBy(err, ctx)
