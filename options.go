@@ -255,13 +255,25 @@ func WithDefaults(opts ...Option) ClientOption {
 // time.Now.
 func WithClock(now func() time.Time) ClientOption { return func(c *Client) { c.now = now } }
 
-// WithObserver sets a function told of every obtain, wait, renewal, loss and release. It is
-// called synchronously and must not block. Default: none; the library never logs by itself.
-func WithObserver(fn func(Event)) ClientOption { return func(c *Client) { c.observe = fn } }
+// WithObserver adds a function told of every obtain, wait, renewal, loss and release. It is
+// called synchronously and must not block. Observers add up: with several (WithObserver,
+// WithLogger, a metrics module's Observe), each is told every event, in the order of the
+// options. A nil fn adds nothing. Default: none; the library never logs by itself.
+func WithObserver(fn func(Event)) ClientOption {
+	return func(c *Client) {
+		switch prev := c.observe; {
+		case fn == nil:
+		case prev == nil:
+			c.observe = fn
+		default:
+			c.observe = func(e Event) { prev(e); fn(e) }
+		}
+	}
+}
 
 // WithLogger sends every event to h at debug level — a loss and a store out of reach
-// (EventUnavailable) at warn level, the store reached again at info level: a convenience over
-// WithObserver.
+// (EventUnavailable) at warn level, the store reached again at info level: an observer
+// (WithObserver), beside any other.
 func WithLogger(h slog.Handler) ClientOption { return WithObserver(slogObserver(h)) }
 
 // WithCleanupTimeout bounds each piece of clean-up the Client does in the background: undoing
