@@ -103,8 +103,10 @@ func TestMetrics(t *testing.T) {
 	if err := lost.Release(ctx); !errors.Is(err, fencelock.ErrNotHeld) {
 		t.Fatalf("release of a lost lock: %v", err)
 	}
-	// The loss is told to the observer just after the lock's context ends.
-	for end := time.Now().Add(5 * time.Second); testutil.ToFloat64(m.losses.WithLabelValues("redis", "job", "store")) == 0 && time.Now().Before(end); {
+	// The loss is told to the observer just after the lock's context ends; one Observe call
+	// counts the loss and then counts the lock out of locks_held: wait for both.
+	for end := time.Now().Add(5 * time.Second); (testutil.ToFloat64(m.losses.WithLabelValues("redis", "job", "store")) == 0 ||
+		testutil.ToFloat64(m.holding.WithLabelValues("redis", "job")) != 0) && time.Now().Before(end); {
 		time.Sleep(5 * time.Millisecond)
 	}
 
