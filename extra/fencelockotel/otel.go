@@ -14,7 +14,8 @@
 // The instruments, each with the fencelock.backend attribute: fencelock.obtain.duration,
 // fencelock.wait.duration, fencelock.hold.duration, fencelock.locks.held, fencelock.renewals,
 // fencelock.losses, fencelock.releases, fencelock.cleanups, fencelock.waiters,
-// fencelock.handovers, and fencelock.leader: 1 while this process leads the election named by
+// fencelock.handovers, fencelock.unavailable.attempts (attempts that could not reach the
+// store), and fencelock.leader: 1 while this process leads the election named by
 // its fencelock.election attribute (a term won by Campaign or Lead that has not ended), 0
 // after. Election names are an attribute as they are: keep them few. Every hold is a lock to
 // these instruments: a semaphore's permit, a read-write lock's read or write lock and a

@@ -13,7 +13,9 @@
 // fencelock_obtain_seconds{outcome}, fencelock_wait_seconds, fencelock_hold_seconds{end},
 // fencelock_locks_held, fencelock_renewals_total{result}, fencelock_losses_total{cause},
 // fencelock_releases_total{result}, fencelock_cleanups_total{result}, fencelock_waiters,
-// fencelock_handovers_total, and fencelock_leader{election}: 1 while this process leads the
+// fencelock_handovers_total, fencelock_unavailable_attempts_total (attempts that could not
+// reach the store: above zero, calls are waiting on a store out of reach; an obtain that
+// ended so has outcome "unavailable"), and fencelock_leader{election}: 1 while this process leads the
 // election of that name (Campaign or Lead won a term that has not ended), 0 after. Election
 // names are a label as they are: keep them few. Every hold is a lock to these metrics: a
 // semaphore's permit, a read-write lock's read or write lock and a leadership each count in
