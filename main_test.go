@@ -144,14 +144,5 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// waitFor polls cond until it holds or the bound passes, and fails the test then.
-func waitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", bound, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// waitFor is testserver.WaitFor, under the name the tests of this package use.
+var waitFor = testserver.WaitFor

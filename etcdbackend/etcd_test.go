@@ -13,6 +13,7 @@ import (
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/etcdbackend/etcdtest"
 	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/internal/testserver"
 )
 
 // Waiters get the lock in the order they queued, each woken by its predecessor's release.
@@ -372,7 +373,10 @@ func TestWaiterLeaseDies(t *testing.T) {
 		_, err := wb.AcquireQueued(ctx, fencelock.Request{Name: "waiter-lease", Owner: "waiter", TTL: 2 * time.Second})
 		got <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the waiter is in line
+	testserver.WaitFor(t, 10*time.Second, "the waiter's key in line behind the holder's", func() bool {
+		resp, err := cli.Get(ctx, wb.Key("waiter-lease", ""), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 2
+	})
 	for _, id := range wb.Leases() {
 		if _, err := cli.Revoke(ctx, id); err != nil { // as an operator, or expiry, would
 			t.Fatal(err)

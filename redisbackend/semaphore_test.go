@@ -134,7 +134,8 @@ func TestPermitReleaseHandsOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	r := testserver.StartRedis(t)
-	b := redisbackend.New(r.ClientT(t))
+	admin := r.ClientT(t)
+	b := redisbackend.New(admin)
 	holder := fencelock.New(b)
 	defer holder.Close()
 	proxy := testserver.StartProxy(t, r.Addr)
@@ -158,7 +159,11 @@ func TestPermitReleaseHandsOver(t *testing.T) {
 		for info, _ := b.InspectSemaphore(ctx, name); info.Waiting != 1; info, _ = b.InspectSemaphore(ctx, name) {
 			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond) // its subscription is in place
+		// Its subscription to its grants is in place (<semaphore>:g:<backend ID>).
+		testserver.WaitFor(t, 10*time.Second, "the waiter's subscription to its grants", func() bool {
+			chans, err := admin.PubSubChannels(ctx, "*"+name+"*:g:*").Result()
+			return err == nil && len(chans) > 0
+		})
 		proxy.SetDelay(200 * time.Millisecond)
 		if err := first.Release(ctx); err != nil {
 			t.Fatal(err)

@@ -106,18 +106,6 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// waitFor polls cond until it holds or the bound passes, and fails the test then.
-func waitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", bound, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // owners returns the owner of the lock's key on each node, "" where it is absent or the node
 // does not answer.
 func owners(clients []redisbackend.Client, key string) []string {
@@ -129,3 +117,6 @@ func owners(clients []redisbackend.Client, key string) []string {
 	}
 	return out
 }
+
+// waitFor is testserver.WaitFor, under the name the tests of this package use.
+var waitFor = testserver.WaitFor

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
 )
@@ -96,18 +97,6 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// waitFor polls cond until it holds, and fails the test when bound passes first.
-func waitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: still waiting for %s", bound, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // line returns the lock nodes in dir, first in line first, and nil when dir does not exist.
@@ -211,3 +200,6 @@ func runHolder(spec string) int {
 	time.Sleep(time.Minute)
 	return 0
 }
+
+// waitFor is testserver.WaitFor, under the name the tests of this package use.
+var waitFor = testserver.WaitFor

@@ -434,15 +434,6 @@ func permitsHeld(t *testing.T, r *testserver.Redis, name string) int {
 	return len(info.Permits)
 }
 
-func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(bound); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal(what)
-		}
-	}
-}
-
 func waitHeld(t *testing.T, r *testserver.Redis, name string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -556,3 +547,6 @@ func TestRunMinHold(t *testing.T) {
 		}
 	}
 }
+
+// waitFor is testserver.WaitFor, under the name the tests of this package use.
+var waitFor = testserver.WaitFor
