@@ -38,6 +38,16 @@ func (l *Lock) Token() int64 {
 	return l.h.token + l.c.tokenBase
 }
 
+// StoreToken returns the token as the store issued it, without the Client's token base
+// (WithTokenBase): for a backend's own guards, which compare it with what the store keeps
+// (etcdbackend's Guard). Hand Token, not this, to a fenced store.
+func (l *Lock) StoreToken() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.h.token
+}
+
 // Owner returns the owner ID the lock is held under.
 func (l *Lock) Owner() string {
 	if l == nil {

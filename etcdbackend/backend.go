@@ -136,8 +136,18 @@ func (b *Backend) metaKey(name, owner string) string {
 //
 //	resp, err := cli.Txn(ctx).If(b.Guard(lock)).Then(clientv3.OpPut(k, v)).Commit()
 //	if err == nil && !resp.Succeeded { /* the lock was lost: nothing was written */ }
-func (b *Backend) Guard(lock *fencelock.Lock) clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(b.Key(lock.Name(), lock.Owner())), "=", lock.Token())
+//
+// A *fencelock.Lock is a Held. Its token is the one the store issued (StoreToken), whatever
+// token base its Client adds (fencelock.WithTokenBase).
+func (b *Backend) Guard(lock Held) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(b.Key(lock.Name(), lock.Owner())), "=", lock.StoreToken())
+}
+
+// Held is a lock as Guard reads it: *fencelock.Lock is one.
+type Held interface {
+	Name() string
+	Owner() string
+	StoreToken() int64
 }
 
 func (b *Backend) usable(name string) error {
