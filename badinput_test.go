@@ -14,6 +14,8 @@ import (
 	"github.com/fencelock/fencelock/fencelocktest"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Bad input gets a typed error, never a panic, and leaves no lock key behind without a TTL.
@@ -201,7 +203,7 @@ func TestBadInput(t *testing.T) {
 				b := redisbackend.New(rdb)
 				unnamed := struct {
 					fencelock.Backend
-					fencelock.Semaphores
+					driver.Semaphores
 				}{b, b}
 				_, err := fencelock.New(unnamed).ListSemaphores(ctx, "")
 				return err
@@ -359,10 +361,10 @@ var badInputTexts = map[string]string{
 	"semaphore key holds a string":              "fencelock: invalid argument: a key of the lock holds another Redis type (WRONGTYPE Operation against a key holding the wrong kind of value): delete it, or give the Backend a key prefix of its own (WithPrefix)",
 	"semaphore permit fencelock did not write":  "fencelock: invalid argument: the semaphore key holds a permit that fencelock did not write: delete it, or give the Backend a key prefix of its own (WithPrefix)",
 	"semaphore of limit 0":                      "fencelock: invalid argument: semaphore \"{name}\": limit 0: want 1 or more",
-	"semaphore on a backend without semaphores": "fencelock: invalid argument: this backend keeps no semaphores (Redis, etcd and ZooKeeper do; it does not implement fencelock.Semaphores)",
-	"list on a backend without names":           "fencelock: invalid argument: this backend cannot list its locks (it does not implement fencelock.Namer)",
-	"semaphores listed without semaphores":      "fencelock: invalid argument: this backend keeps no semaphores (Redis, etcd and ZooKeeper do; it does not implement fencelock.Semaphores)",
-	"semaphores listed without names":           "fencelock: invalid argument: this backend cannot list its semaphores (it does not implement fencelock.SemaphoreNamer)",
+	"semaphore on a backend without semaphores": "fencelock: invalid argument: this backend keeps no semaphores (Redis, etcd and ZooKeeper do; it does not implement driver.Semaphores)",
+	"list on a backend without names":           "fencelock: invalid argument: this backend cannot list its locks (it does not implement driver.Namer)",
+	"semaphores listed without semaphores":      "fencelock: invalid argument: this backend keeps no semaphores (Redis, etcd and ZooKeeper do; it does not implement driver.Semaphores)",
+	"semaphores listed without names":           "fencelock: invalid argument: this backend cannot list its semaphores (it does not implement driver.SemaphoreNamer)",
 	"election with a nil client":                "fencelock: invalid argument: nil client or backend",
 	"election value over MaxMetadata":           "fencelock: invalid argument: metadata of 1025 bytes is longer than the maximum 1024",
 	"read-only replica":                         "fencelock: backend unavailable: the server is a read-only replica: READONLY You can't write against a read only replica.",

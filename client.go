@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Client obtains locks from one Backend. It runs one watchdog goroutine for all the locks it
@@ -26,11 +28,11 @@ type Client struct {
 	// Locking: mu guards held, spare, undoing and closed. It may be held while a hold's mu is
 	// taken.
 	b       Backend
-	watcher ReleaseWatcher // nil when the backend cannot notify releases
-	queue   Queue          // nil when the backend keeps no line of waiters
-	loss    LossWatcher    // nil when the store cannot push word of a loss
-	reuse   bool           // the backend is an OwnerReuser that reuses owners
-	expires bool           // the backend is an Expirer whose locks go by their TTL
+	watcher driver.ReleaseWatcher // nil when the backend cannot notify releases
+	queue   driver.Queue          // nil when the backend keeps no line of waiters
+	loss    driver.LossWatcher    // nil when the store cannot push word of a loss
+	reuse   bool                  // the backend is an driver.OwnerReuser that reuses owners
+	expires bool                  // the backend is an driver.Expirer whose locks go by their TTL
 
 	defaults       []Option
 	now            func() time.Time
@@ -73,13 +75,13 @@ func New(b Backend, opts ...ClientOption) *Client {
 		held:           make(map[holdKey]*hold),
 		undoing:        make(map[holdKey]*undos),
 	}
-	c.watcher, _ = b.(ReleaseWatcher)
-	c.queue, _ = b.(Queue)
-	c.loss, _ = b.(LossWatcher)
-	if r, ok := b.(OwnerReuser); ok && r.ReusesOwners() {
+	c.watcher, _ = b.(driver.ReleaseWatcher)
+	c.queue, _ = b.(driver.Queue)
+	c.loss, _ = b.(driver.LossWatcher)
+	if r, ok := b.(driver.OwnerReuser); ok && r.ReusesOwners() {
 		c.reuse, c.spare = true, make(map[holdKey][]string)
 	}
-	if e, ok := b.(Expirer); ok {
+	if e, ok := b.(driver.Expirer); ok {
 		c.expires = e.ExpiresByTTL()
 	}
 	for _, o := range opts {
@@ -139,7 +141,7 @@ func (c *Client) Close() error {
 
 // releaseAll releases, in the background, the holds of lease that the handles had when the
 // Client closed.
-func (c *Client) releaseAll(lease Lease, handles []*lockContext) {
+func (c *Client) releaseAll(lease driver.Lease, handles []*lockContext) {
 	c.background.Add(1)
 	go func() {
 		defer c.background.Done()
@@ -293,7 +295,7 @@ func (c *Client) holdEnded(h *hold) {
 
 // letGo releases a lost hold's handle in the background, kept until floor when that is still
 // ahead (keeper).
-func (c *Client) letGo(lease Lease, hold string, floor time.Time) {
+func (c *Client) letGo(lease driver.Lease, hold string, floor time.Time) {
 	if c.now().Before(floor) {
 		c.keepInBackground(lease, hold, floor, false)
 		return
@@ -302,7 +304,7 @@ func (c *Client) letGo(lease Lease, hold string, floor time.Time) {
 }
 
 // watchLoss asks the backend to push word of a loss of lease (keeper).
-func (c *Client) watchLoss(lease Lease, lost func(error)) (stop func()) {
+func (c *Client) watchLoss(lease driver.Lease, lost func(error)) (stop func()) {
 	return c.loss.WatchLoss(lease, lost)
 }
 
@@ -327,7 +329,7 @@ func (c *Client) emit(e Event) {
 // again with the same hold ID, and when ctx ends before one is confirmed, the background goes
 // on with it. It reports clean when the first attempt released the last hold of the owner:
 // the store has nothing of it left, and no request of it is unanswered.
-func (c *Client) release(ctx context.Context, lease Lease, hold string) (clean bool, err error) {
+func (c *Client) release(ctx context.Context, lease driver.Lease, hold string) (clean bool, err error) {
 	for attempt := 0; ; attempt++ {
 		var n int
 		n, err = c.b.Release(ctx, lease, hold)
@@ -353,7 +355,7 @@ func (c *Client) release(ctx context.Context, lease Lease, hold string) (clean b
 // undo ends a hold in the store in the background, for at most the cleanup timeout: an
 // acquisition that may have taken the lock but was not handed out, or a release not confirmed
 // in time. A hold the store does not have is done. The outcome goes to the observer.
-func (c *Client) undo(lease Lease, hold string) {
+func (c *Client) undo(lease driver.Lease, hold string) {
 	k := holdKey{name: lease.Name, permit: lease.Limit > 0}
 	c.mu.Lock()
 	closed := c.closed
@@ -392,7 +394,7 @@ func (c *Client) undo(lease Lease, hold string) {
 // releaseHold ends one hold in the store for clean-up, within ctx: a few tries, spaced out,
 // since a store that cannot be reached now is often busy, and a flood of clean-up would keep
 // it so. A hold the store does not have is done. What is left expires with its TTL.
-func (c *Client) releaseHold(ctx context.Context, lease Lease, hold string) error {
+func (c *Client) releaseHold(ctx context.Context, lease driver.Lease, hold string) error {
 	var err error
 	for _, wait := range undoWaits {
 		if !pause(ctx, wait) {
@@ -460,7 +462,7 @@ func randomID(n int) string {
 // newOwner returns a fresh 128-bit owner ID.
 func newOwner() string { return randomID(16) }
 
-// Owners kept for reuse (see OwnerReuser): at most spareEach per name, for at most spareNames
+// Owners kept for reuse (see driver.OwnerReuser): at most spareEach per name, for at most spareNames
 // names; past that an owner is not kept, and the next acquisition makes a new one.
 const (
 	spareEach  = 8

@@ -14,6 +14,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // The lock, its fence counter and its release channel share one Cluster slot.
@@ -25,7 +27,7 @@ func TestKeysShareSlot(t *testing.T) {
 		rdb := d.client(t)
 		ctx := ctxTimeout(t, 10*time.Second)
 		b := redisbackend.New(rdb.(*redis.ClusterClient), redisbackend.WithPrefix("app:"))
-		if _, err := b.Acquire(ctx, fencelock.Request{Name: "}x", Owner: "o", Hold: "h", TTL: time.Second}); !errors.Is(err, fencelock.ErrInvalid) {
+		if _, err := b.Acquire(ctx, driver.Request{Name: "}x", Owner: "o", Hold: "h", TTL: time.Second}); !errors.Is(err, fencelock.ErrInvalid) {
 			t.Errorf("a name starting with '}' empties the hash tag; got %v, want ErrInvalid", err)
 		}
 		for _, name := range []string{"order:10086", "a}b", "{x}", "x{y}z", "{"} {

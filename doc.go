@@ -59,7 +59,7 @@
 // Go has no thread identity, so the identity of a holder is its owner ID: a fresh 128-bit
 // random value per acquisition, carried by lock.Context(). Obtaining the same name with that
 // context (or with the same WithOwner) re-enters the lock; the hold count is kept in the store,
-// and the lock is free only when every hold was released. On etcd (see OwnerReuser) a Client
+// and the lock is free only when every hold was released. On etcd (see driver.OwnerReuser) a Client
 // gives the owner of a lock it released cleanly to its next acquisition of the same name, so
 // that the name's queue reuses its keys instead of leaving one behind per acquisition.
 //

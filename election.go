@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Election is a leader election on the lock of its name, on any backend: the leader is the
@@ -100,7 +102,7 @@ func (l *Leadership) Value() string {
 // new value (etcd's Proclaim). It fails with the term's error (matching ErrLost or ErrNotHeld)
 // when the leadership is no longer valid, or the store says it ended; with one matching ErrInvalid and
 // errors.ErrUnsupported on a backend that cannot change a held lock's value (Redlock: it is
-// not a Publisher). When it fails otherwise (ErrUnavailable), the store may hold either value.
+// not a driver.Publisher). When it fails otherwise (ErrUnavailable), the store may hold either value.
 func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 	if l == nil || l.lock == nil {
 		return fmt.Errorf("%w: nil leadership", ErrNotHeld)
@@ -111,7 +113,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 	if len(value) > MaxMetadata {
 		return invalidf("metadata of %d bytes is longer than the maximum %d", len(value), MaxMetadata)
 	}
-	p, ok := l.lock.c.b.(Publisher)
+	p, ok := l.lock.c.b.(driver.Publisher)
 	if !ok {
 		return errNoPublish
 	}
@@ -166,7 +168,7 @@ type Candidate struct {
 // Candidates lists who campaigns now: the leader first, if any, then the contenders waiting
 // in line, first in line first (Curator's participants). The leader and the line are read one
 // after the other, not at one instant. A backend that keeps no line it can list (Redlock; it
-// is not a LineLister) lists the leader alone, and says so with an error matching ErrInvalid
+// is not a driver.LineLister) lists the leader alone, and says so with an error matching ErrInvalid
 // and errors.ErrUnsupported beside it. A contender that waits under WithRetry, outside the
 // line, is not listed.
 func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
@@ -181,7 +183,7 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 	if l.Elected {
 		out = append(out, Candidate{Owner: l.Owner, Value: l.Value, Leader: true, Term: l.Term})
 	}
-	ll, ok := e.c.b.(LineLister)
+	ll, ok := e.c.b.(driver.LineLister)
 	if !ok {
 		return out, errNoLine
 	}
@@ -204,7 +206,7 @@ const ObserveInterval = 250 * time.Millisecond
 // Observe sends who leads now, and then each change it sees — a new term, no leader, or a new
 // value (Leadership.Proclaim) — until ctx ends, when it closes the channel.
 //
-// On a backend that pushes word of a change of holder (a HolderWatcher: Redis, etcd,
+// On a backend that pushes word of a change of holder (a driver.HolderWatcher: Redis, etcd,
 // ZooKeeper, memorybackend), Observe looks when the store tells it: a release, a hand-over to
 // the next in line or a new value is seen at once, and a hand-over is reported as the next
 // term, with no "no leader" before it. Where the store does not push every change (Redis and
@@ -225,8 +227,8 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	go func() {
 		defer close(out)
 		var changed <-chan struct{}
-		pushed, pushesAll := false, false // a HolderWatcher's watch, and whether it tells all
-		if hw, ok := e.c.b.(HolderWatcher); ok {
+		pushed, pushesAll := false, false // a driver.HolderWatcher's watch, and whether it tells all
+		if hw, ok := e.c.b.(driver.HolderWatcher); ok {
 			if ch, stop, err := hw.WatchHolder(ctx, e.name); err == nil {
 				defer stop()
 				changed, pushed, pushesAll = ch, true, hw.PushesAcquisitions()

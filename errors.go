@@ -5,94 +5,59 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
-// The errors of this package, named by concept. Backends wrap them with %w to add detail, so
-// compare with errors.Is, never with ==.
+// The errors of this package, named by concept. They are package driver's, which backends
+// return; backends wrap them with %w to add detail, so compare with errors.Is, never with ==.
 var (
 	// ErrNotObtained means the lock is held by someone else: TryObtain found it held, or Obtain
 	// gave up waiting. When Obtain gives up because its context ended, the error also matches
 	// the context's error.
-	ErrNotObtained = errors.New("fencelock: not obtained")
+	ErrNotObtained = driver.ErrNotObtained
 
 	// ErrNotHeld means the caller does not hold the lock: it was released already, expired and
 	// was taken by another holder, or never obtained.
-	ErrNotHeld = errors.New("fencelock: not held")
+	ErrNotHeld = driver.ErrNotHeld
 
 	// ErrLost means a held lock can no longer be trusted: its key vanished or changed owner, or
 	// its validity deadline passed without a confirmed renewal. The lock's context ends with an
 	// error that matches both ErrLost and context.Canceled.
-	ErrLost = errors.New("fencelock: lock lost")
+	ErrLost = driver.ErrLost
 
 	// ErrInvalid means an argument or the state of the store is unusable: an empty name, a
 	// non-positive TTL, a nil client, a key that holds data fencelock did not write.
-	ErrInvalid = errors.New("fencelock: invalid argument")
+	ErrInvalid = driver.ErrInvalid
 
 	// ErrUnavailable means the backend could not be reached or refused to act for a reason that
 	// may pass: a network error, a timeout, a read-only replica during a failover.
-	ErrUnavailable = errors.New("fencelock: backend unavailable")
+	ErrUnavailable = driver.ErrUnavailable
 
 	// ErrClosed means the Client was closed.
-	ErrClosed = errors.New("fencelock: client closed")
+	ErrClosed = driver.ErrClosed
 
 	// ErrUpgrade means a holder asked, under its own hold, for more than it holds: a write lock
 	// while it holds a read lock of the same RWLock, or more permits of a semaphore than its
 	// permit takes. It is refused at once, never waited for: two readers that both waited to
 	// upgrade would wait for each other forever. It matches ErrInvalid.
-	ErrUpgrade = fmt.Errorf("%w: no upgrade: a holder may not take more under its hold than it holds", ErrInvalid)
+	ErrUpgrade = driver.ErrUpgrade
 
 	// ErrMaxHold means a lock was held for as long as WithMaxHold allows. The lock's context
 	// ends with an error that matches it, ErrLost and context.Canceled.
 	ErrMaxHold = errors.New("fencelock: held for the longest WithMaxHold allows")
 )
 
-// HeldError is returned by a backend's Acquire when another owner holds the lock. It matches
-// ErrNotObtained.
-type HeldError struct {
-	Name string
-	// Remaining is the holder's remaining time to live as the backend reported it, or zero when
-	// the backend cannot tell. A waiter sleeps at most this long before its next attempt. For
-	// a semaphore, it is the time until the first permit held expires.
-	Remaining time.Duration
-	// Limit is the semaphore's limit when Name is a semaphore whose permits are all held (or
-	// promised to waiters ahead in line); zero for a lock.
-	Limit int
-}
+// HeldError is returned when another owner holds the lock (a backend's Acquire returns it; see
+// driver.HeldError). It matches ErrNotObtained.
+type HeldError = driver.HeldError
 
-func (e *HeldError) Error() string {
-	if e.Limit > 0 {
-		if e.Remaining > 0 {
-			return fmt.Sprintf("fencelock: not obtained: all %d permits of semaphore %q are held, the first for %v more", e.Limit, e.Name, e.Remaining)
-		}
-		return fmt.Sprintf("fencelock: not obtained: all %d permits of semaphore %q are held or promised to waiters ahead", e.Limit, e.Name)
-	}
-	if e.Remaining > 0 {
-		return fmt.Sprintf("fencelock: not obtained: %q is held by another owner for %v more", e.Name, e.Remaining)
-	}
-	return fmt.Sprintf("fencelock: not obtained: %q is held by another owner", e.Name)
-}
-
-// Is reports whether target is ErrNotObtained.
-func (e *HeldError) Is(target error) bool { return target == ErrNotObtained }
+// LimitError is returned when a semaphore is asked for with a limit other than the one its
+// current holders agreed on (see driver.LimitError). It matches ErrInvalid.
+type LimitError = driver.LimitError
 
 // errDeadlinePassed is the cause of a lock lost to its validity deadline.
 var errDeadlinePassed = errors.New("validity deadline passed")
-
-// LimitError is returned when a semaphore is asked for with a limit other than the one its
-// current holders agreed on: contenders that disagree on the limit would otherwise let more
-// holders in than some of them allow. It matches ErrInvalid.
-type LimitError struct {
-	Name          string
-	Limit, Stored int // what the call asked for, and what the holders agreed on
-}
-
-func (e *LimitError) Error() string {
-	return fmt.Sprintf("fencelock: invalid argument: semaphore %q has limit %d while its permits are held; this call asked for %d", e.Name, e.Stored, e.Limit)
-}
-
-// Is reports whether target is ErrInvalid.
-func (e *LimitError) Is(target error) bool { return target == ErrInvalid }
 
 // lostError is the error of a lost lock's context: it matches ErrLost and context.Canceled,
 // so that code which only knows about contexts still stops.
@@ -142,7 +107,7 @@ func notObtainedBy(err error, ctx context.Context) error {
 }
 
 // errNoSemaphores is the error of a semaphore, or a permit's Verify, on a backend without them.
-var errNoSemaphores = invalidf("this backend keeps no semaphores (Redis, etcd and ZooKeeper do; it does not implement fencelock.Semaphores)")
+var errNoSemaphores = invalidf("this backend keeps no semaphores (Redis, etcd and ZooKeeper do; it does not implement driver.Semaphores)")
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
@@ -150,8 +115,8 @@ func invalidf(format string, args ...any) error {
 
 // errNoPublish is the error of Leadership.Proclaim on a backend that cannot change a held
 // lock's metadata. It matches ErrInvalid and errors.ErrUnsupported.
-var errNoPublish = fmt.Errorf("%w: %w: this backend cannot change a held lock's published value (Redis, etcd, ZooKeeper and memorybackend can; it does not implement fencelock.Publisher)", ErrInvalid, errors.ErrUnsupported)
+var errNoPublish = fmt.Errorf("%w: %w: this backend cannot change a held lock's published value (Redis, etcd, ZooKeeper and memorybackend can; it does not implement driver.Publisher)", ErrInvalid, errors.ErrUnsupported)
 
 // errNoLine is the error of Election.Candidates on a backend that cannot list its line. It
 // matches ErrInvalid and errors.ErrUnsupported.
-var errNoLine = fmt.Errorf("%w: %w: this backend cannot list the contenders waiting in line (Redis, etcd, ZooKeeper and memorybackend can; it does not implement fencelock.LineLister)", ErrInvalid, errors.ErrUnsupported)
+var errNoLine = fmt.Errorf("%w: %w: this backend cannot list the contenders waiting in line (Redis, etcd, ZooKeeper and memorybackend can; it does not implement driver.LineLister)", ErrInvalid, errors.ErrUnsupported)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // keeper is what a hold needs of the Client that keeps it.
@@ -16,9 +18,9 @@ type keeper interface {
 	holdEnded(h *hold)
 	// letGo releases, in the background, the handle hold of a hold lost while the store may
 	// still have it; a minimum hold that ends at floor keeps the name taken until then.
-	letGo(lease Lease, hold string, floor time.Time)
-	// watchLoss asks the backend to push word of a loss of lease (LossWatcher).
-	watchLoss(lease Lease, lost func(error)) (stop func())
+	letGo(lease driver.Lease, hold string, floor time.Time)
+	// watchLoss asks the backend to push word of a loss of lease (driver.LossWatcher).
+	watchLoss(lease driver.Lease, lost func(error)) (stop func())
 }
 
 // hold is what a Client knows of one lock it holds for one owner: one lock in the store (owner
@@ -254,10 +256,10 @@ func (h *hold) setDeadline(d time.Time) {
 }
 
 // lease names the hold for the backend, with the TTL renewals ask for now.
-func (h *hold) lease() Lease {
+func (h *hold) lease() driver.Lease {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return Lease{Name: h.name, Owner: h.owner, TTL: h.ttl + h.delay, Token: h.token, Holds: h.refs, Limit: h.limit, NoMeta: h.noMeta}
+	return driver.Lease{Name: h.name, Owner: h.owner, TTL: h.ttl + h.delay, Token: h.token, Holds: h.refs, Limit: h.limit, NoMeta: h.noMeta}
 }
 
 // claim makes ch the renewal in flight, if none is and the hold is live. The store sees one
@@ -388,7 +390,7 @@ func (h *hold) floor() time.Time {
 
 // drop releases the handle ctx, and returns the renewal in flight, if any, for Release to wait
 // for before it sends its own: a Refresh counted this handle among the holds it may cut short
-// (Lease.Holds), and must reach the store first. When it was the last handle, the hold ends as
+// (driver.Lease.Holds), and must reach the store first. When it was the last handle, the hold ends as
 // released. floor is when its minimum hold ends (zero for none), for the last handle and for
 // any handle of a lost hold: a release before then leaves the lock held. wasLost says the
 // hold was lost before: its EventLost counted this handle; settled that the Client ends its

@@ -3,15 +3,17 @@ package fencelock
 import (
 	"context"
 	"slices"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // List returns the locks of b held now whose names start with prefix, sorted by name. It sees
 // each lock as Inspect saw it, one after the other, not all at one instant. A backend that is
-// not a Namer cannot list its locks: the error matches ErrInvalid.
+// not a driver.Namer cannot list its locks: the error matches ErrInvalid.
 func List(ctx context.Context, b Backend, prefix string) ([]Info, error) {
-	n, ok := b.(Namer)
+	n, ok := b.(driver.Namer)
 	if !ok {
-		return nil, invalidf("this backend cannot list its locks (it does not implement fencelock.Namer)")
+		return nil, invalidf("this backend cannot list its locks (it does not implement driver.Namer)")
 	}
 	names, err := n.Names(ctx, prefix)
 	if err != nil {
@@ -37,15 +39,15 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 // permits held or waiters in line now, sorted by name; a read-write lock is among them, as the
 // semaphore of RWReaders permits it is. It sees each semaphore as InspectSemaphore saw it, one
 // after the other, not all at one instant. A backend that keeps no semaphores, or is not a
-// SemaphoreNamer, cannot list them: the error matches ErrInvalid.
+// driver.SemaphoreNamer, cannot list them: the error matches ErrInvalid.
 func ListSemaphores(ctx context.Context, b Backend, prefix string) ([]SemaphoreInfo, error) {
-	s, ok := b.(Semaphores)
+	s, ok := b.(driver.Semaphores)
 	if !ok {
 		return nil, errNoSemaphores
 	}
-	n, ok := b.(SemaphoreNamer)
+	n, ok := b.(driver.SemaphoreNamer)
 	if !ok {
-		return nil, invalidf("this backend cannot list its semaphores (it does not implement fencelock.SemaphoreNamer)")
+		return nil, invalidf("this backend cannot list its semaphores (it does not implement driver.SemaphoreNamer)")
 	}
 	names, err := n.SemaphoreNames(ctx, prefix)
 	if err != nil {

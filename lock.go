@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Lock is one hold of a lock. Its methods are safe for concurrent use and safe to call on a
@@ -123,7 +125,7 @@ func (l *Lock) Verify(ctx context.Context) error {
 	h := l.h
 	var info Info
 	if h.limit > 0 {
-		sb, ok := l.c.b.(Semaphores)
+		sb, ok := l.c.b.(driver.Semaphores)
 		if !ok {
 			return errNoSemaphores
 		}
@@ -208,7 +210,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	// The store may set a shorter TTL the moment the request arrives, whatever becomes of the
 	// answer: from the send on, the lock is trusted no longer than that.
 	renewAt, moved := h.mayHaveShortened(sent, ttl)
-	r := l.c.b.Renew(ctx, []Lease{lease})
+	r := l.c.b.Renew(ctx, []driver.Lease{lease})
 	if len(r) == 0 {
 		return fmt.Errorf("%w: backend returned no renewal result", ErrUnavailable)
 	}

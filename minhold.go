@@ -6,18 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
-)
 
-// Expirer is implemented by backends whose store ends a lock by its TTL alone (Redis, Redlock,
-// the memory store): a Refresh that sets a TTL makes the lock go when it runs out, whether its
-// holder lives or not. WithMinHold then leaves a lock released early to that TTL, and
-// WithLockDelay asks for the delay on top of it. A backend whose locks live as long as a
-// session (etcd, ZooKeeper) does not implement it: the Client keeps a lock released early
-// until its minimum has passed, then releases it, and refuses a lock delay.
-type Expirer interface {
-	// ExpiresByTTL reports whether locks go when the TTL a Refresh set runs out.
-	ExpiresByTTL() bool
-}
+	"github.com/fencelock/fencelock/driver"
+)
 
 // releaseAtFloor ends the last hold of a lock released before floor, its WithMinHold end:
 // the name stays taken until floor. On a store that ends locks by their TTL, a Refresh sets
@@ -26,7 +17,7 @@ type Expirer interface {
 // (Close waits for it). A lock lost meanwhile is an error matching ErrNotHeld; a Refresh whose
 // outcome is unknown is an error matching ErrUnavailable: the store may let the lock go when
 // the TTL it had runs out, before floor.
-func (c *Client) releaseAtFloor(ctx context.Context, lease Lease, hold string, floor time.Time) error {
+func (c *Client) releaseAtFloor(ctx context.Context, lease driver.Lease, hold string, floor time.Time) error {
 	lease.Holds = 1 // the last of the Client's
 	return c.keepUntil(ctx, lease, hold, floor, false)
 }
@@ -34,7 +25,7 @@ func (c *Client) releaseAtFloor(ctx context.Context, lease Lease, hold string, f
 // keepUntil is releaseAtFloor for one of lease.Holds holds the Client ends at once; counted
 // says the caller holds a count of c.background, so that adding one more is safe while Close
 // waits.
-func (c *Client) keepUntil(ctx context.Context, lease Lease, hold string, floor time.Time, counted bool) error {
+func (c *Client) keepUntil(ctx context.Context, lease driver.Lease, hold string, floor time.Time, counted bool) error {
 	var unknown error
 	if c.expires {
 		lease.Refresh = true
@@ -43,7 +34,7 @@ func (c *Client) keepUntil(ctx context.Context, lease Lease, hold string, floor 
 			_, err := c.release(ctx, lease, hold)
 			return err
 		}
-		err := c.b.Renew(ctx, []Lease{lease})[0].Err
+		err := c.b.Renew(ctx, []driver.Lease{lease})[0].Err
 		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrInvalid) {
 			return err
 		}
@@ -75,7 +66,7 @@ func (c *Client) keepUntil(ctx context.Context, lease Lease, hold string, floor 
 // wait for it — lost at its deadline or its cap, or its Client closing (closing: Close calls
 // it before it waits for the background) — as releaseAtFloor does: its lock is trusted no
 // more, but its name stays taken until floor.
-func (c *Client) keepInBackground(lease Lease, hold string, floor time.Time, closing bool) {
+func (c *Client) keepInBackground(lease driver.Lease, hold string, floor time.Time, closing bool) {
 	c.mu.Lock()
 	closed := c.closed && !closing
 	if !closed {

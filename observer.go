@@ -39,7 +39,7 @@ const (
 	EventCleanup
 	// EventWaiting: an Obtain (or a semaphore's Acquire) begins to wait, once per call: its
 	// first attempt found the lock held, or could not reach the store and will try again (in
-	// a backend's line, the backend says when: Request.Waiting). Its EventObtained or
+	// a backend's line, the backend says when: driver.Request.Waiting). Its EventObtained or
 	// EventNotObtained, with Waited set, ends the wait.
 	EventWaiting
 	// EventUnavailable: an attempt of an Obtain, TryObtain, a semaphore's Acquire or an

@@ -9,11 +9,13 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // An acquisition, from the call to the Lock, top to bottom: check the call, pick the owner,
 // then one of three ways to get the lock — one attempt (TryObtain), waiting in the backend's
-// line (Obtain on a Queue), or attempts that wake on release (Obtain elsewhere, or WithRetry)
+// line (Obtain on a driver.Queue), or attempts that wake on release (Obtain elsewhere, or WithRetry)
 // — and turn the grant into a hold.
 
 // unavailableBackoff spaces the attempts of a waiter while the backend cannot be reached.
@@ -216,15 +218,15 @@ func (c *Client) waiting(r *request) {
 // may have reached the store and taken the lock, but was not handed out, is undone in the
 // background; the next attempt of a fresh owner then takes a new owner ID, so that the undo
 // cannot end a lock that attempt re-enters.
-func (c *Client) attempt(ctx context.Context, r *request, queue Queue) (*Lock, error) {
+func (c *Client) attempt(ctx context.Context, r *request, queue driver.Queue) (*Lock, error) {
 	hold := ""
 	if !r.fresh {
 		var buf [32]byte
 		hold = string(strconv.AppendUint(append(buf[:0], c.holdPrefix...), c.holdSeq.Add(1), 36))
 	}
-	req := Request{Name: r.name, Owner: r.owner, Hold: hold, TTL: r.s.ttl + r.s.lockDelay, Meta: r.s.meta, Renewed: !r.s.noWatchdog, Limit: r.limit, Weight: r.s.weight}
+	req := driver.Request{Name: r.name, Owner: r.owner, Hold: hold, TTL: r.s.ttl + r.s.lockDelay, Meta: r.s.meta, Renewed: !r.s.noWatchdog, Limit: r.limit, Weight: r.s.weight}
 	start := c.now()
-	var g Grant
+	var g driver.Grant
 	var err error
 	if queue != nil {
 		req.Waiting = func() { c.waiting(r) }
@@ -243,7 +245,7 @@ func (c *Client) attempt(ctx context.Context, r *request, queue Queue) (*Lock, e
 			// Handed over for a claim shorter than the delay: renewed at once to the whole TTL
 			// before it is handed out, or it would be lost at once.
 			sent := c.now()
-			rn := c.b.Renew(ctx, []Lease{{Name: r.name, Owner: r.owner, TTL: req.TTL, Token: g.Token, Limit: r.limit}})
+			rn := c.b.Renew(ctx, []driver.Lease{{Name: r.name, Owner: r.owner, TTL: req.TTL, Token: g.Token, Limit: r.limit}})
 			if len(rn) > 0 && rn[0].Err == nil {
 				g.Elapsed, g.Validity = sent.Sub(start), rn[0].Validity
 			}
@@ -254,7 +256,7 @@ func (c *Client) attempt(ctx context.Context, r *request, queue Queue) (*Lock, e
 	}
 	c.reached(ctx, r, err)
 	if err != nil && mayHaveTaken(err) {
-		c.undo(Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token, Limit: r.limit, NoMeta: r.s.meta == ""}, hold)
+		c.undo(driver.Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token, Limit: r.limit, NoMeta: r.s.meta == ""}, hold)
 		if r.fresh {
 			r.owner = newOwner()
 		}
@@ -283,7 +285,7 @@ var errStale = errors.New("the store's grant was overtaken by a later lock of th
 
 // grant turns a backend's grant, asked for at start, into a Lock: a handle of the owner's
 // hold of that lock (same token), or of a new hold.
-func (c *Client) grant(r *request, holdID string, start time.Time, g Grant) (*Lock, error) {
+func (c *Client) grant(r *request, holdID string, start time.Time, g driver.Grant) (*Lock, error) {
 	v := r.s.ttl + r.s.lockDelay
 	if g.Validity > 0 && g.Validity < v {
 		v = g.Validity

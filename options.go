@@ -51,7 +51,7 @@ func WithTTL(ttl time.Duration) Option { return func(s *settings) { s.ttl = ttl 
 // WithOwner makes the acquisition on behalf of an explicit owner ID instead of a random one:
 // acquisitions with the same owner re-enter each other's lock, across goroutines and
 // processes. The ID must be unique to the holder; a shared ID makes two holders one.
-// Default: a fresh 128-bit random owner per acquisition (on etcd, see OwnerReuser), inherited
+// Default: a fresh 128-bit random owner per acquisition (on etcd, see driver.OwnerReuser), inherited
 // through lock.Context().
 func WithOwner(owner string) Option { return func(s *settings) { s.owner = owner } }
 
@@ -101,7 +101,7 @@ func WithMaxHold(d time.Duration) Option { return func(s *settings) { s.maxHold 
 // holder is served then. It is for a job run from cron on several hosts, whose clocks differ by
 // more than the job takes: without it, a host whose cron fires after the first host's job ended
 // runs the job again. On a store that ends a lock by its TTL (Redis, Redlock, the memory store,
-// see Expirer) the release sets the lock's TTL to what is left of d, so the minimum holds even
+// see driver.Expirer) the release sets the lock's TTL to what is left of d, so the minimum holds even
 // if the process exits at once; on etcd and ZooKeeper, whose locks live as long as their
 // session, the Client keeps the lock until then and releases it, and Close waits for that. Each
 // hold's minimum counts: the lock is kept until the latest of them. Default: none.
@@ -113,7 +113,7 @@ func WithMinHold(d time.Duration) Option { return func(s *settings) { s.minHold 
 // validity, which may still send a write it prepared, then meets no new holder for d: the
 // lock-delay of Chubby and Consul. A Release frees the name at once. It slows every failover
 // by d, which is why it is off by default. It needs a store that ends a lock by its TTL
-// (Redis, Redlock, the memory store: see Expirer); on etcd and ZooKeeper, whose locks end
+// (Redis, Redlock, the memory store: see driver.Expirer); on etcd and ZooKeeper, whose locks end
 // with their session, an Obtain with it is refused with ErrInvalid. The delay is the first
 // hold's. Default: none.
 func WithLockDelay(d time.Duration) Option { return func(s *settings) { s.lockDelay = d } }

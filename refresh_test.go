@@ -14,6 +14,8 @@ import (
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/memorybackend"
 	"github.com/fencelock/fencelock/redisbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Refresh to a shorter TTL moves the validity deadline back to the refresh's send time plus
@@ -105,7 +107,7 @@ type heldRenewals struct {
 	gate    chan struct{}
 }
 
-func (b *heldRenewals) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
+func (b *heldRenewals) Renew(ctx context.Context, leases []driver.Lease) []driver.Renewal {
 	first := false
 	b.once.Do(func() { first = true })
 	if first {
@@ -145,7 +147,7 @@ type releaseTTLs struct {
 	ttls []time.Duration
 }
 
-func (b *releaseTTLs) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+func (b *releaseTTLs) Release(ctx context.Context, lease driver.Lease, hold string) (int, error) {
 	b.mu.Lock()
 	b.ttls = append(b.ttls, lease.TTL)
 	b.mu.Unlock()
@@ -258,7 +260,7 @@ type heldRefresh struct {
 	released chan struct{}
 }
 
-func (b *heldRefresh) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
+func (b *heldRefresh) Renew(ctx context.Context, leases []driver.Lease) []driver.Renewal {
 	if len(leases) == 1 && leases[0].Refresh {
 		select {
 		case <-b.released:
@@ -268,7 +270,7 @@ func (b *heldRefresh) Renew(ctx context.Context, leases []fencelock.Lease) []fen
 	return b.Backend.Renew(ctx, leases)
 }
 
-func (b *heldRefresh) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+func (b *heldRefresh) Release(ctx context.Context, lease driver.Lease, hold string) (int, error) {
 	n, err := b.Backend.Release(ctx, lease, hold)
 	select {
 	case b.released <- struct{}{}:

@@ -8,6 +8,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/redisbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // A holder whose lock expired and was taken by another must not release the other's lock.
@@ -79,7 +81,7 @@ func TestRetriedReleaseDoesNotDecrementTwice(t *testing.T) {
 	rdb := singleClient(t)
 	b := redisbackend.New(rdb)
 	name := lockName(t)
-	req := fencelock.Request{Name: name, Owner: "owner-1", TTL: 10 * time.Second}
+	req := driver.Request{Name: name, Owner: "owner-1", TTL: 10 * time.Second}
 	for _, hold := range []string{"h1", "h2", "h2"} { // h2 twice: a retried acquire
 		req.Hold = hold
 		if _, err := b.Acquire(ctx, req); err != nil {
@@ -89,7 +91,7 @@ func TestRetriedReleaseDoesNotDecrementTwice(t *testing.T) {
 	if n, _ := rdb.HGet(ctx, b.Key(name), "count").Int(); n != 2 {
 		t.Fatalf("count %d after two holds, one acquired twice; want 2", n)
 	}
-	lease := fencelock.Lease{Name: name, Owner: "owner-1", TTL: 10 * time.Second}
+	lease := driver.Lease{Name: name, Owner: "owner-1", TTL: 10 * time.Second}
 	for i := 0; i < 3; i++ {
 		n, err := b.Release(ctx, lease, "h2")
 		if err != nil || n != 1 {

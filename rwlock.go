@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // RWReaders is how many read locks an RWLock admits at once.
-const RWReaders = 1 << 20
+const RWReaders = driver.RWReaders
 
 // RWLock is a named read-write lock: many readers share it, a writer holds it alone. It is a
 // semaphore of RWReaders permits of the same name, kept by a backend that keeps semaphores

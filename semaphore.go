@@ -1,6 +1,10 @@
 package fencelock
 
-import "context"
+import (
+	"context"
+
+	"github.com/fencelock/fencelock/driver"
+)
 
 // Semaphore is a named semaphore of Limit permits, kept by the Client's backend: at most
 // Limit holders at once across every process that asks for it with the same name and limit.
@@ -67,7 +71,7 @@ func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
 	if err := s.c.check(ctx, s.name); err != nil {
 		return SemaphoreInfo{}, err
 	}
-	info, err := s.c.b.(Semaphores).InspectSemaphore(ctx, s.name)
+	info, err := s.c.b.(driver.Semaphores).InspectSemaphore(ctx, s.name)
 	return s.c.basedSemaphore(info), err
 }
 
@@ -79,7 +83,7 @@ func (s *Semaphore) usable() error {
 	if s.limit < 1 {
 		return invalidf("semaphore %q: limit %d: want 1 or more", s.name, s.limit)
 	}
-	if _, ok := s.c.b.(Semaphores); !ok {
+	if _, ok := s.c.b.(driver.Semaphores); !ok {
 		return errNoSemaphores
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // watchdog renews every hold of a Client that has the watchdog on: one goroutine that wakes
@@ -228,7 +230,7 @@ func (w *watchdog) renew(batch []*hold, done chan struct{}) {
 	defer w.wg.Done()
 	defer close(done)
 	now := w.c.now()
-	leases := make([]Lease, len(batch))
+	leases := make([]driver.Lease, len(batch))
 	timeout := time.Duration(0)
 	for i, h := range batch {
 		leases[i] = h.lease()
@@ -241,7 +243,7 @@ func (w *watchdog) renew(batch []*hold, done chan struct{}) {
 	cancel()
 	took := w.c.now().Sub(sent)
 	for i, h := range batch {
-		r := Renewal{Err: errors.New("fencelock: backend returned too few renewal results")}
+		r := driver.Renewal{Err: errors.New("fencelock: backend returned too few renewal results")}
 		if i < len(res) {
 			r = res[i]
 		}

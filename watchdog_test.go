@@ -14,6 +14,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Work that runs 10× the TTL keeps the lock.
@@ -302,7 +304,7 @@ type countingBackend struct {
 	renews *atomic.Int64
 }
 
-func (c *countingBackend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
+func (c *countingBackend) Renew(ctx context.Context, leases []driver.Lease) []driver.Renewal {
 	c.renews.Add(1)
 	return c.Backend.Renew(ctx, leases)
 }
@@ -339,7 +341,7 @@ func TestShortGrantValidityHastensOnlyTheFirstRenewal(t *testing.T) {
 // shortGrantBackend vouches for every grant for 150ms only.
 type shortGrantBackend struct{ countingBackend }
 
-func (b *shortGrantBackend) Acquire(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+func (b *shortGrantBackend) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	g, err := b.Backend.Acquire(ctx, req)
 	g.Validity = 150 * time.Millisecond
 	return g, err

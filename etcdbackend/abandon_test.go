@@ -15,6 +15,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Acquisitions whose context ends while their write is in flight leave nothing behind, once
@@ -41,7 +43,7 @@ func TestAbandonedPutLeavesNothing(t *testing.T) {
 	for i := range 16 {
 		b, _ := newBackend(t, etcd)
 		backends = append(backends, b)
-		warm := fencelock.Request{Name: fmt.Sprintf("abandoned-warm-%d", i), Owner: "warm", TTL: 2 * time.Second}
+		warm := driver.Request{Name: fmt.Sprintf("abandoned-warm-%d", i), Owner: "warm", TTL: 2 * time.Second}
 		for { // its lease granted: the calls below write at once
 			_, err := b.Acquire(ctx, warm)
 			if err == nil {
@@ -71,14 +73,14 @@ func TestAbandonedPutLeavesNothing(t *testing.T) {
 						err = l.Release(ctx)
 					}
 				case 2:
-					req := fencelock.Request{Name: name, Owner: "queued", TTL: 2 * time.Second}
+					req := driver.Request{Name: name, Owner: "queued", TTL: 2 * time.Second}
 					if _, err = b.AcquireQueued(actx, req); err == nil {
-						_, err = b.Release(ctx, fencelock.Lease{Name: name, Owner: req.Owner, TTL: req.TTL}, "")
+						_, err = b.Release(ctx, driver.Lease{Name: name, Owner: req.Owner, TTL: req.TTL}, "")
 					}
 				case 3:
-					req := fencelock.Request{Name: name, Owner: "permit", TTL: 2 * time.Second, Limit: 1}
+					req := driver.Request{Name: name, Owner: "permit", TTL: 2 * time.Second, Limit: 1}
 					if _, err = b.AcquireQueued(actx, req); err == nil {
-						_, err = b.Release(ctx, fencelock.Lease{Name: name, Owner: req.Owner, TTL: req.TTL, Limit: 1}, "")
+						_, err = b.Release(ctx, driver.Lease{Name: name, Owner: req.Owner, TTL: req.TTL, Limit: 1}, "")
 					}
 				}
 				cancel()

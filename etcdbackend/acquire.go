@@ -10,37 +10,37 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Acquire implements fencelock.Backend: one attempt, leaving no key behind when the lock is
+// Acquire implements driver.Backend: one attempt, leaving no key behind when the lock is
 // held by another owner.
-func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	return b.acquire(ctx, req, false)
 }
 
-// AcquireQueued implements fencelock.Queue: the request takes its place in the lock's queue and
+// AcquireQueued implements driver.Queue: the request takes its place in the lock's queue and
 // waits for the deletion of the key just before its own.
-func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+func (b *Backend) AcquireQueued(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	return b.acquire(ctx, req, true)
 }
 
-func (b *Backend) acquire(ctx context.Context, req fencelock.Request, queue bool) (fencelock.Grant, error) {
+func (b *Backend) acquire(ctx context.Context, req driver.Request, queue bool) (driver.Grant, error) {
 	if err := b.usable(req.Name); err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	start := time.Now()
 	// The retry of an acquisition whose outcome was lost may find its key in place, with its
 	// hold, and take it back: no release owed of that hold may run meanwhile, or after.
 	suspended, err := b.suspend(ctx, req)
 	if err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	for attempt := 0; ; attempt++ {
 		s, err := b.session(ctx, req.TTL)
 		if err != nil {
 			b.resume(suspended)
-			return fencelock.Grant{}, err
+			return driver.Grant{}, err
 		}
 		enqueue := b.enqueue
 		if req.Limit > 0 {
@@ -61,7 +61,7 @@ func (b *Backend) acquire(ctx context.Context, req fencelock.Request, queue bool
 	}
 }
 
-func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request, queue bool, start time.Time) (fencelock.Grant, error) {
+func (b *Backend) enqueue(ctx context.Context, s *session, req driver.Request, queue bool, start time.Time) (driver.Grant, error) {
 	pfx := b.queuePrefix(req.Name)
 	key := pfx + req.Owner
 	sent := time.Now()
@@ -88,9 +88,9 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 	resp, err := b.join(ctx, req, a, key, first, cmps, then, queue && req.Hold == "")
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return fencelock.Grant{}, err // refused: the put was not made
+			return driver.Grant{}, err // refused: the put was not made
 		}
-		return fencelock.Grant{}, classify(err) // what it may have made is owed (see commit)
+		return driver.Grant{}, classify(err) // what it may have made is owed (see commit)
 	}
 	holderKVs := resp.Responses[1].GetResponseRange().Kvs
 	if resp.Succeeded {
@@ -100,7 +100,7 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 		}
 		if !queue {
 			b.leave(ctx, req, rev)
-			return fencelock.Grant{}, held(req.Name)
+			return driver.Grant{}, held(req.Name)
 		}
 		req.StartWait()
 		var known *line
@@ -110,7 +110,7 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 		sent, err := b.waitTurn(ctx, s.done, pfx, key, rev, known)
 		if err != nil {
 			b.leave(ctx, req, rev)
-			return fencelock.Grant{}, err
+			return driver.Grant{}, err
 		}
 		return waited(b.granted(ctx, req, s.id, rev, 1, start, sent))
 	}
@@ -120,18 +120,18 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 	mine := resp.Responses[0].GetResponseRange().Kvs
 	if len(mine) == 0 {
 		if !queue {
-			return fencelock.Grant{}, held(req.Name)
+			return driver.Grant{}, held(req.Name)
 		}
-		return fencelock.Grant{}, fmt.Errorf("%w: the owner's key vanished during the acquisition", fencelock.ErrUnavailable)
+		return driver.Grant{}, fmt.Errorf("%w: the owner's key vanished during the acquisition", driver.ErrUnavailable)
 	}
 	if len(holderKVs) == 0 || holderKVs[0].CreateRevision != mine[0].CreateRevision {
 		if !queue {
-			return fencelock.Grant{}, held(req.Name)
+			return driver.Grant{}, held(req.Name)
 		}
 		ended := b.leaseEnded(clientv3.LeaseID(mine[0].Lease))
 		req.StartWait()
 		if sent, err = b.waitTurn(ctx, ended, pfx, key, mine[0].CreateRevision, nil); err != nil {
-			return fencelock.Grant{}, err
+			return driver.Grant{}, err
 		}
 		return waited(b.reenter(ctx, req, b.place(req.Name, req.Owner, 0), mine[0], start, sent))
 	}
@@ -141,9 +141,9 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req fencelock.Request
 // join runs the transaction that makes the owner's key in the queue, req's write of attempt
 // a: if cmps hold, then; if not, it reads the owner's key and the first of the queue (first).
 // A fresh owner's first hold waiting in line finds no key of its owner (see
-// fencelock.Request.Hold) but for a rare exception, read after the fact: its transaction does
+// driver.Request.Hold) but for a rare exception, read after the fact: its transaction does
 // without the Else branch.
-func (b *Backend) join(ctx context.Context, req fencelock.Request, a attempt, key string, first clientv3.Op, cmps []clientv3.Cmp, then []clientv3.Op, fresh bool) (*clientv3.TxnResponse, error) {
+func (b *Backend) join(ctx context.Context, req driver.Request, a attempt, key string, first clientv3.Op, cmps []clientv3.Cmp, then []clientv3.Op, fresh bool) (*clientv3.TxnResponse, error) {
 	resp, err := b.commit(ctx, req, a, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		txn := b.c.Txn(ctx).If(cmps...).Then(then...)
 		if !fresh {
@@ -173,7 +173,7 @@ func madeKey(resp *clientv3.TxnResponse) int64 {
 }
 
 // waited marks a grant that came after a wait in line.
-func waited(g fencelock.Grant, err error) (fencelock.Grant, error) {
+func waited(g driver.Grant, err error) (driver.Grant, error) {
 	g.Waited = err == nil
 	return g, err
 }
@@ -181,12 +181,12 @@ func waited(g fencelock.Grant, err error) (fencelock.Grant, error) {
 // reenter adds req's hold to the owner's key at p, unless a retried acquisition added it
 // already. The key stays on the lease it was made with, which may be of another TTL, or
 // another Backend's: the grant's validity is that lease's.
-func (b *Backend) reenter(ctx context.Context, req fencelock.Request, p place, kv *mvccpb.KeyValue, start, sent time.Time) (fencelock.Grant, error) {
+func (b *Backend) reenter(ctx context.Context, req driver.Request, p place, kv *mvccpb.KeyValue, start, sent time.Time) (driver.Grant, error) {
 	hold, key := req.Hold, p.key
 	for {
 		h, err := p.holds(kv.Value)
 		if err != nil {
-			return fencelock.Grant{}, err
+			return driver.Grant{}, err
 		}
 		if h.has(hold) {
 			return b.granted(ctx, req, clientv3.LeaseID(kv.Lease), kv.CreateRevision, len(h), start, sent)
@@ -211,14 +211,14 @@ func (b *Backend) reenter(ctx context.Context, req fencelock.Request, p place, k
 			return 0
 		})
 		if err != nil {
-			return fencelock.Grant{}, classify(err) // what it may have added is owed (see commit)
+			return driver.Grant{}, classify(err) // what it may have added is owed (see commit)
 		}
 		if resp.Succeeded {
 			return b.granted(ctx, req, clientv3.LeaseID(kv.Lease), kv.CreateRevision, len(h), start, sent)
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || kvs[0].CreateRevision != kv.CreateRevision {
-			return fencelock.Grant{}, fmt.Errorf("%w: the owner's key vanished during a reentrant acquisition", fencelock.ErrNotObtained)
+			return driver.Grant{}, fmt.Errorf("%w: the owner's key vanished during a reentrant acquisition", driver.ErrNotObtained)
 		}
 		kv = kvs[0] // changed by another hold of the same owner: try again
 	}
@@ -227,28 +227,28 @@ func (b *Backend) reenter(ctx context.Context, req fencelock.Request, p place, k
 // granted is the grant of req's hold in the key made at rev, on lease, made or found in place
 // by the request sent at sent: the store keeps it while the lease lives. A grant it cannot
 // vouch for is not handed out, and the hold's release is owed.
-func (b *Backend) granted(ctx context.Context, req fencelock.Request, lease clientv3.LeaseID, rev int64, count int, start, sent time.Time) (fencelock.Grant, error) {
+func (b *Backend) granted(ctx context.Context, req driver.Request, lease clientv3.LeaseID, rev int64, count int, start, sent time.Time) (driver.Grant, error) {
 	until, err := b.leaseUntil(ctx, req.Name, lease)
 	if err == nil && !until.After(sent) {
-		err = fmt.Errorf("%w: nothing vouches for the lease of %q beyond the grant", fencelock.ErrUnavailable, req.Name)
+		err = fmt.Errorf("%w: nothing vouches for the lease of %q beyond the grant", driver.ErrUnavailable, req.Name)
 	}
 	if err != nil {
 		b.unsure(req, rev)
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
-	return fencelock.Grant{Token: rev, Count: count, Validity: until.Sub(sent), Elapsed: sent.Sub(start)}, nil
+	return driver.Grant{Token: rev, Count: count, Validity: until.Sub(sent), Elapsed: sent.Sub(start)}, nil
 }
 
 // held is the error for a lock held by another owner. It leaves the holder's remaining TTL
 // unknown: finding it would cost another round trip, and Obtain waits in the queue instead.
-func held(name string) error { return &fencelock.HeldError{Name: name} }
+func held(name string) error { return &driver.HeldError{Name: name} }
 
 // leave takes a waiter's hold, in the key made at rev, out of line: under ctx while it lasts,
 // else, or when that fails, by the settler at once, so that the caller returns by its deadline.
-func (b *Backend) leave(ctx context.Context, req fencelock.Request, rev int64) {
+func (b *Backend) leave(ctx context.Context, req driver.Request, rev int64) {
 	if ctx.Err() == nil {
 		_, err := b.release(ctx, leaseOf(req), req.Hold, rev)
-		if err == nil || errors.Is(err, fencelock.ErrNotHeld) || errors.Is(err, fencelock.ErrInvalid) {
+		if err == nil || errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrInvalid) {
 			return
 		}
 	}
@@ -261,13 +261,13 @@ func (b *Backend) leave(ctx context.Context, req fencelock.Request, rev int64) {
 // sit on a lease this Backend keeps alive, holding the lock or a place in line for no one until
 // the Backend closed, unless the caller undid the acquisition (the Client does; a caller of
 // the Backend's own may not). A release of a hold that is not there is done at once.
-func (b *Backend) unsure(req fencelock.Request, rev int64) {
+func (b *Backend) unsure(req driver.Request, rev int64) {
 	b.owe(owed{lease: leaseOf(req), hold: req.Hold, rev: rev})
 	b.settleSoon()
 }
 
-func leaseOf(req fencelock.Request) fencelock.Lease {
-	return fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}
+func leaseOf(req driver.Request) driver.Lease {
+	return driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}
 }
 
 // watchAllUpTo is how many keys ahead a waiter watches at once. A waiter with no more ahead

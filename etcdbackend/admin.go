@@ -7,22 +7,22 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 var (
-	_ fencelock.Namer          = (*Backend)(nil)
-	_ fencelock.SemaphoreNamer = (*Backend)(nil)
-	_ fencelock.ForceReleaser  = (*Backend)(nil)
+	_ driver.Namer          = (*Backend)(nil)
+	_ driver.SemaphoreNamer = (*Backend)(nil)
+	_ driver.ForceReleaser  = (*Backend)(nil)
 )
 
-// Names implements fencelock.Namer: the locks with a key in their queue whose names start with
+// Names implements driver.Namer: the locks with a key in their queue whose names start with
 // prefix.
 func (b *Backend) Names(ctx context.Context, prefix string) ([]string, error) {
 	return b.namesUnder(ctx, b.prefix, prefix)
 }
 
-// SemaphoreNames implements fencelock.SemaphoreNamer: the semaphores with a key in their line
+// SemaphoreNames implements driver.SemaphoreNamer: the semaphores with a key in their line
 // (a permit held or a waiter) whose names start with prefix.
 func (b *Backend) SemaphoreNames(ctx context.Context, prefix string) ([]string, error) {
 	return b.namesUnder(ctx, b.prefix+semRoot, prefix)
@@ -57,9 +57,9 @@ func (b *Backend) namesUnder(ctx context.Context, root, prefix string) ([]string
 	return out, nil
 }
 
-// ForceRelease implements fencelock.ForceReleaser: it deletes the holder's key, if it is still
+// ForceRelease implements driver.ForceReleaser: it deletes the holder's key, if it is still
 // the holder the operator saw; the next waiter in the queue then holds the lock.
-func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info, error) {
+func (b *Backend) ForceRelease(ctx context.Context, name string) (driver.Info, error) {
 	info, err := b.Inspect(ctx, name)
 	if err != nil || !info.Held {
 		return info, err
@@ -73,7 +73,7 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info
 		return info, classify(err)
 	}
 	if !resp.Succeeded {
-		return fencelock.Info{Name: name}, nil
+		return driver.Info{Name: name}, nil
 	}
 	return info, nil
 }

@@ -15,10 +15,10 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Backend is a fencelock.Backend and fencelock.Queue over an etcd cluster. It is safe for
+// Backend is a driver.Backend and driver.Queue over an etcd cluster. It is safe for
 // concurrent use. Close revokes its leases, which releases every lock it holds.
 type Backend struct {
 	c      *clientv3.Client
@@ -44,9 +44,9 @@ type Backend struct {
 }
 
 var (
-	_ fencelock.Backend     = (*Backend)(nil)
-	_ fencelock.Queue       = (*Backend)(nil)
-	_ fencelock.OwnerReuser = (*Backend)(nil)
+	_ driver.Backend     = (*Backend)(nil)
+	_ driver.Queue       = (*Backend)(nil)
+	_ driver.OwnerReuser = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -56,7 +56,7 @@ type Option func(*Backend)
 func WithPrefix(p string) Option { return func(b *Backend) { b.prefix = p } }
 
 // New returns a Backend over c. A nil c gives a Backend whose every call fails with an error
-// matching fencelock.ErrInvalid.
+// matching driver.ErrInvalid.
 func New(c *clientv3.Client, opts ...Option) *Backend {
 	b := &Backend{c: c, prefix: "/fencelock/", sessions: make(map[int]*session), nudged: make(chan struct{}, 1), id: strconv.FormatUint(rand.Uint64(), 36)}
 	for _, o := range opts {
@@ -64,9 +64,9 @@ func New(c *clientv3.Client, opts ...Option) *Backend {
 	}
 	switch {
 	case c == nil:
-		b.err = fmt.Errorf("%w: nil etcd client", fencelock.ErrInvalid)
+		b.err = fmt.Errorf("%w: nil etcd client", driver.ErrInvalid)
 	case b.prefix == "":
-		b.err = fmt.Errorf("%w: empty key prefix", fencelock.ErrInvalid)
+		b.err = fmt.Errorf("%w: empty key prefix", driver.ErrInvalid)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b
@@ -110,7 +110,7 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// ReusesOwners implements fencelock.OwnerReuser: etcd keeps a deleted key in its index until
+// ReusesOwners implements driver.OwnerReuser: etcd keeps a deleted key in its index until
 // it is compacted, and each acquisition reads the lock's queue with its traces; a Release or a
 // Renew with a Token acts only on the key made at that revision.
 func (b *Backend) ReusesOwners() bool { return true }
@@ -152,7 +152,7 @@ type Held interface {
 
 func (b *Backend) usable(name string) error {
 	if name == "" && b.err == nil {
-		return fmt.Errorf("%w: empty lock name", fencelock.ErrInvalid)
+		return fmt.Errorf("%w: empty lock name", driver.ErrInvalid)
 	}
 	return b.open()
 }
@@ -165,7 +165,7 @@ func (b *Backend) open() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return fmt.Errorf("%w: the etcd backend was closed", fencelock.ErrClosed)
+		return fmt.Errorf("%w: the etcd backend was closed", driver.ErrClosed)
 	}
 	return nil
 }
@@ -179,7 +179,7 @@ func decodeHolds(v []byte) (holds, error) {
 	parts := strings.Split(string(v), "\n")
 	n, err := strconv.Atoi(parts[0])
 	if err != nil || n != len(parts)-1 {
-		return nil, fmt.Errorf("%w: a lock key holds %q, which fencelock did not write", fencelock.ErrInvalid, v)
+		return nil, fmt.Errorf("%w: a lock key holds %q, which fencelock did not write", driver.ErrInvalid, v)
 	}
 	return holds(parts[1:]), nil
 }
@@ -216,13 +216,13 @@ func classify(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 	case errors.Is(err, rpctypes.ErrGRPCKeyNotFound), errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return fmt.Errorf("%w: %w", fencelock.ErrNotHeld, err)
+		return fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
 	case errors.Is(err, rpctypes.ErrEmptyKey), errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrRequestTooLarge):
-		return fmt.Errorf("%w: %w", fencelock.ErrInvalid, err)
+		return fmt.Errorf("%w: %w", driver.ErrInvalid, err)
 	}
-	return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
+	return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 }
 
 // ttlSeconds rounds a TTL up to the whole seconds a lease has.

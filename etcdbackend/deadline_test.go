@@ -12,6 +12,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/internal/testserver"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // slack is how long after its context's deadline a call may return.
@@ -29,7 +31,7 @@ func TestQueuedWaitReturnsByDeadline(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := wb.AcquireQueued(short, fencelock.Request{Name: name, Owner: "waiter", TTL: 2 * time.Second})
+		_, err := wb.AcquireQueued(short, driver.Request{Name: name, Owner: "waiter", TTL: 2 * time.Second})
 		done <- err
 	}()
 	waitKeys(t, cli, hb, name, 2)
@@ -55,7 +57,7 @@ func TestCloseOverCutLink(t *testing.T) {
 	b := etcdbackend.New(etcd.ClientOf(t, "http://"+proxy.Addr))
 	t.Cleanup(func() { _ = b.Close() })
 	for _, ttl := range []time.Duration{2 * time.Second, 3 * time.Second, 4 * time.Second} { // a lease each
-		if _, err := b.Acquire(ctx, fencelock.Request{Name: "close-cut-" + ttl.String(), Owner: "o", TTL: ttl}); err != nil {
+		if _, err := b.Acquire(ctx, driver.Request{Name: "close-cut-" + ttl.String(), Owner: "o", TTL: ttl}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,7 +84,7 @@ func TestLostEnqueueReplyLeavesNoKey(t *testing.T) {
 	// The lease of this TTL is granted before the link slows down, and outlives the silence
 	// below: its keep-alives resume after it.
 	ttl := 5 * time.Second
-	if _, err := wb.Acquire(ctx, fencelock.Request{Name: name + "-lease", Owner: "o", TTL: ttl}); err != nil {
+	if _, err := wb.Acquire(ctx, driver.Request{Name: name + "-lease", Owner: "o", TTL: ttl}); err != nil {
 		t.Fatal(err)
 	}
 	proxy.SetDelay(300 * time.Millisecond)
@@ -90,7 +92,7 @@ func TestLostEnqueueReplyLeavesNoKey(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := wb.AcquireQueued(short, fencelock.Request{Name: name, Owner: "waiter", Hold: "h1", TTL: ttl})
+		_, err := wb.AcquireQueued(short, driver.Request{Name: name, Owner: "waiter", Hold: "h1", TTL: ttl})
 		done <- err
 	}()
 	waitKeys(t, cli, hb, name, 2) // etcd applied the put; its reply is 300 ms away

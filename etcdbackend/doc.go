@@ -15,7 +15,7 @@
 //
 // etcd keeps a deleted key in its index until the cluster is compacted, and each acquisition
 // reads its lock's queue, walking those traces too. So that a name taken and released again
-// and again does not make a key per acquisition, the Backend is a fencelock.OwnerReuser: a
+// and again does not make a key per acquisition, the Backend is a driver.OwnerReuser: a
 // Client gives the owner of a lock it released cleanly to its next acquisition of that name,
 // and the queue reuses that owner's key. A waiter waits for the deletion of the key it saw
 // ahead of it (its create revision), not for a key of that name. Run etcd with

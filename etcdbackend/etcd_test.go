@@ -14,6 +14,8 @@ import (
 	"github.com/fencelock/fencelock/etcdbackend/etcdtest"
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/internal/testserver"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Waiters get the lock in the order they queued, each woken by its predecessor's release.
@@ -370,7 +372,7 @@ func TestWaiterLeaseDies(t *testing.T) {
 	wb, cli := newBackend(t, etcd)
 	got := make(chan error, 1)
 	go func() {
-		_, err := wb.AcquireQueued(ctx, fencelock.Request{Name: "waiter-lease", Owner: "waiter", TTL: 2 * time.Second})
+		_, err := wb.AcquireQueued(ctx, driver.Request{Name: "waiter-lease", Owner: "waiter", TTL: 2 * time.Second})
 		got <- err
 	}()
 	testserver.WaitFor(t, 10*time.Second, "the waiter's key in line behind the holder's", func() bool {

@@ -9,7 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // An acquisition's write — the transaction that makes the owner's key, or adds a hold to it —
@@ -60,7 +60,7 @@ type flight struct {
 // returns ctx's error at once and awaits the reply in the background: made says which key a
 // write that etcd applied changed (its create revision; 0 when it changed nothing), and that
 // key is owed the release of req's hold.
-func (b *Backend) commit(ctx context.Context, req fencelock.Request, a attempt,
+func (b *Backend) commit(ctx context.Context, req driver.Request, a attempt,
 	txn func(context.Context) (*clientv3.TxnResponse, error), made func(*clientv3.TxnResponse) int64) (*clientv3.TxnResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // never sent
@@ -113,7 +113,7 @@ func (b *Backend) commit(ctx context.Context, req fencelock.Request, a attempt,
 // outcome owes what req's write of attempt a left behind: nothing when etcd answered, but for
 // what made says the write changed, when it is given (the caller left); its veto and its
 // release when the outcome is unknown.
-func (b *Backend) outcome(req fencelock.Request, a attempt, resp *clientv3.TxnResponse, err error, made func(*clientv3.TxnResponse) int64) {
+func (b *Backend) outcome(req driver.Request, a attempt, resp *clientv3.TxnResponse, err error, made func(*clientv3.TxnResponse) int64) {
 	switch {
 	case err == nil:
 		if made != nil {
@@ -131,7 +131,7 @@ func (b *Backend) outcome(req fencelock.Request, a attempt, resp *clientv3.TxnRe
 
 // fly notes a write of req whose caller left, for the background goroutine that awaits it:
 // false once the Backend closed.
-func (b *Backend) fly(req fencelock.Request) (*flight, bool) {
+func (b *Backend) fly(req driver.Request) (*flight, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -157,7 +157,7 @@ func (b *Backend) land(f *flight) {
 
 // inFlight returns a channel closed when the write of the hold of lease that is in flight, if
 // any, has landed; nil when there is none.
-func (b *Backend) inFlight(lease fencelock.Lease, hold string) <-chan struct{} {
+func (b *Backend) inFlight(lease driver.Lease, hold string) <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, f := range b.flying {

@@ -12,16 +12,16 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Inspect implements fencelock.Backend. The holder's metadata is read at the revision its key
+// Inspect implements driver.Backend. The holder's metadata is read at the revision its key
 // was read at, and only the metadata made with that key counts: owner IDs are reused (see
 // ReusesOwners), and a later read would find what the owner published for its next lock, or
 // nothing once it released this one. Metadata made before the key is an earlier lock's.
-func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, error) {
+func (b *Backend) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	if err := b.usable(name); err != nil {
-		return fencelock.Info{}, err
+		return driver.Info{}, err
 	}
 	pfx := b.queuePrefix(name)
 	var kv *mvccpb.KeyValue
@@ -29,10 +29,10 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 	for {
 		resp, err := b.c.Get(ctx, pfx, clientv3.WithFirstCreate()...)
 		if err != nil {
-			return fencelock.Info{}, classify(err)
+			return driver.Info{}, classify(err)
 		}
 		if len(resp.Kvs) == 0 {
-			return fencelock.Info{Name: name}, nil
+			return driver.Info{Name: name}, nil
 		}
 		kv = resp.Kvs[0]
 		owner := strings.TrimPrefix(string(kv.Key), pfx)
@@ -41,12 +41,12 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 			continue // compacted in between: read both again
 		}
 		if err != nil {
-			return fencelock.Info{}, classify(fmt.Errorf("reading the metadata of %q: %w", name, err))
+			return driver.Info{}, classify(fmt.Errorf("reading the metadata of %q: %w", name, err))
 		}
 		meta = m.Kvs
 		break
 	}
-	info := fencelock.Info{Name: name}
+	info := driver.Info{Name: name}
 	h, err := decodeHolds(kv.Value)
 	if err != nil {
 		return info, err
@@ -74,12 +74,12 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 	return info, nil
 }
 
-var _ fencelock.LineLister = (*Backend)(nil)
+var _ driver.LineLister = (*Backend)(nil)
 
-// Line implements fencelock.LineLister: the keys of the lock's queue after the first, in the
+// Line implements driver.LineLister: the keys of the lock's queue after the first, in the
 // order of their creation, with their metadata read at the same revision (only metadata made
 // with or after each key counts, as in Inspect).
-func (b *Backend) Line(ctx context.Context, name string) ([]fencelock.Info, error) {
+func (b *Backend) Line(ctx context.Context, name string) ([]driver.Info, error) {
 	if err := b.usable(name); err != nil {
 		return nil, err
 	}
@@ -104,9 +104,9 @@ func (b *Backend) Line(ctx context.Context, name string) ([]fencelock.Info, erro
 		for _, kv := range m.Kvs {
 			meta[strings.TrimPrefix(string(kv.Key), mpfx)] = kv
 		}
-		out := make([]fencelock.Info, 0, len(resp.Kvs)-1)
+		out := make([]driver.Info, 0, len(resp.Kvs)-1)
 		for _, kv := range resp.Kvs[1:] {
-			info := fencelock.Info{Name: name, Owner: strings.TrimPrefix(string(kv.Key), pfx)}
+			info := driver.Info{Name: name, Owner: strings.TrimPrefix(string(kv.Key), pfx)}
 			if mk := meta[info.Owner]; mk != nil && mk.CreateRevision >= kv.CreateRevision {
 				info.Meta = string(mk.Value)
 			}

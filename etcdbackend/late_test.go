@@ -11,6 +11,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // An acquisition's write that etcd applies only after its caller gave up on it, and after
@@ -21,13 +23,13 @@ import (
 // on a lease the Backend keeps alive, held by no one.
 func TestLateWriteLeavesNothing(t *testing.T) {
 	t.Run("Lock", func(t *testing.T) {
-		lateWrite(t, fencelock.Request{Name: "late-write", Owner: "late", TTL: 2 * time.Second}, nil)
+		lateWrite(t, driver.Request{Name: "late-write", Owner: "late", TTL: 2 * time.Second}, nil)
 	})
 	t.Run("Permit", func(t *testing.T) {
-		lateWrite(t, fencelock.Request{Name: "late-write-permit", Owner: "late", TTL: 2 * time.Second, Limit: 1}, nil)
+		lateWrite(t, driver.Request{Name: "late-write-permit", Owner: "late", TTL: 2 * time.Second, Limit: 1}, nil)
 	})
 	t.Run("Reentry", func(t *testing.T) {
-		first := fencelock.Request{Name: "late-write-reentry", Owner: "late", Hold: "h1", TTL: 2 * time.Second}
+		first := driver.Request{Name: "late-write-reentry", Owner: "late", Hold: "h1", TTL: 2 * time.Second}
 		second := first
 		second.Hold = "h2"
 		lateWrite(t, second, &first)
@@ -37,7 +39,7 @@ func TestLateWriteLeavesNothing(t *testing.T) {
 // lateWrite holds req's write back until the caller's context ended and the Backend's
 // clean-up finished, then lets etcd apply it, and checks that the name is free once the
 // clean-up finished again (and first, when given, the hold that made the key, released).
-func lateWrite(t *testing.T, req fencelock.Request, first *fencelock.Request) {
+func lateWrite(t *testing.T, req driver.Request, first *driver.Request) {
 	ctx := bounded(t, 60*time.Second)
 	cli := etcd.Client(t)
 	kv := &lateKV{KV: cli.KV, sent: make(chan struct{})}
@@ -47,12 +49,12 @@ func lateWrite(t *testing.T, req fencelock.Request, first *fencelock.Request) {
 	cli.KV = kv
 	b := etcdbackend.New(cli)
 	t.Cleanup(func() { _ = b.Close() })
-	lease := fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}
+	lease := driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}
 	if first != nil {
 		if _, err := b.Acquire(ctx, *first); err != nil {
 			t.Fatal(err)
 		}
-	} else if _, err := b.Acquire(ctx, fencelock.Request{Name: req.Name + "-warm", Owner: "warm", TTL: req.TTL}); err != nil {
+	} else if _, err := b.Acquire(ctx, driver.Request{Name: req.Name + "-warm", Owner: "warm", TTL: req.TTL}); err != nil {
 		t.Fatal(err) // its lease granted: the acquisition below writes first
 	}
 
@@ -83,13 +85,13 @@ func lateWrite(t *testing.T, req fencelock.Request, first *fencelock.Request) {
 	}
 	settled(t, b)
 	other, _ := newBackend(t, etcd)
-	g, err := other.Acquire(ctx, fencelock.Request{Name: req.Name, Owner: "other", TTL: req.TTL, Limit: req.Limit})
+	g, err := other.Acquire(ctx, driver.Request{Name: req.Name, Owner: "other", TTL: req.TTL, Limit: req.Limit})
 	if err != nil {
 		keys, _ := cli.Get(ctx, b.Key(req.Name, ""), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		pkeys, _ := cli.Get(ctx, b.PermitKey(req.Name, ""), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		t.Fatalf("another owner's attempt once every clean-up finished: %v (keys left: %v %v)", err, keys.Kvs, pkeys.Kvs)
 	}
-	if _, err := other.Release(ctx, fencelock.Lease{Name: req.Name, Owner: "other", TTL: req.TTL, Limit: req.Limit, Token: g.Token}, ""); err != nil {
+	if _, err := other.Release(ctx, driver.Lease{Name: req.Name, Owner: "other", TTL: req.TTL, Limit: req.Limit, Token: g.Token}, ""); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // settleTimeout bounds one attempt of the settler. It runs in the background, under the
@@ -32,17 +32,17 @@ const settleRetry = time.Second
 // so that a write etcd has yet to apply makes nothing after the release looked. The veto is
 // owed still when a retry of the hold adopts the key: the write it vetoes is not the retry's.
 type owed struct {
-	lease   fencelock.Lease // the lock and the owner whose key holds hold
+	lease   driver.Lease // the lock and the owner whose key holds hold
 	hold    string
 	rev     int64   // the create revision of that key, when known; 0: whichever key the owner has
 	veto    attempt // the write to veto first, if its veto key is set
 	retried bool    // a retry of the hold was granted: veto the write, and release nothing
 }
 
-func (o owed) of(req fencelock.Request) bool { return o.sameHold(leaseOf(req), req.Hold) }
+func (o owed) of(req driver.Request) bool { return o.sameHold(leaseOf(req), req.Hold) }
 
 // sameHold says whether o is of hold of the lock, or the permit, and the owner of l.
-func (o owed) sameHold(l fencelock.Lease, hold string) bool {
+func (o owed) sameHold(l driver.Lease, hold string) bool {
 	return o.lease.Name == l.Name && o.lease.Owner == l.Owner && o.hold == hold && (o.lease.Limit > 0) == (l.Limit > 0)
 }
 
@@ -56,7 +56,7 @@ func (b *Backend) owe(o owed) {
 // making now, and for a write of that hold still in flight, for an acquisition of that hold.
 // The caller gives them back with resume unless the acquisition is granted, and then with
 // adopted.
-func (b *Backend) suspend(ctx context.Context, req fencelock.Request) ([]owed, error) {
+func (b *Backend) suspend(ctx context.Context, req driver.Request) ([]owed, error) {
 	var taken []owed
 	for {
 		if landed := b.inFlight(leaseOf(req), req.Hold); landed != nil {
@@ -216,5 +216,5 @@ func (b *Backend) pay(ctx context.Context, o *owed) bool {
 		return true
 	}
 	_, err := b.release(ctx, o.lease, o.hold, o.rev)
-	return err == nil || errors.Is(err, fencelock.ErrNotHeld) || errors.Is(err, fencelock.ErrInvalid)
+	return err == nil || errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrInvalid)
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/internal/testserver"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // A release whose outcome the client never learned is retried by the Backend: the key sits on
@@ -67,8 +69,8 @@ func TestOwedReleaseSparesAdoptedKey(t *testing.T) {
 	b, f := newFaultyBackend(t, etcd)
 	_, cli := newBackend(t, etcd)
 	const name = "owed-adopted"
-	req := fencelock.Request{Name: name, Owner: "owner-adopted", TTL: 2 * time.Second}
-	lease := fencelock.Lease{Name: name, Owner: req.Owner, TTL: req.TTL}
+	req := driver.Request{Name: name, Owner: "owner-adopted", TTL: 2 * time.Second}
+	lease := driver.Lease{Name: name, Owner: req.Owner, TTL: req.TTL}
 
 	f.others(fail)     // the settler stays off until the retry has taken the key back
 	f.plan(lose, fail) // the create's reply is lost; the cleanup never reaches etcd
@@ -88,14 +90,14 @@ func TestOwedLeaveSparesAdoptedKey(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
 	hb, cli := newBackend(t, etcd)
 	const name = "owed-leave-adopted"
-	hreq := fencelock.Request{Name: name, Owner: "holder", TTL: 2 * time.Second}
+	hreq := driver.Request{Name: name, Owner: "holder", TTL: 2 * time.Second}
 	if _, err := hb.Acquire(ctx, hreq); err != nil {
 		t.Fatal(err)
 	}
 	between := secondAhead(t, ctx, hb, cli, name)
 	b, f := newFaultyBackend(t, etcd)
-	req := fencelock.Request{Name: name, Owner: "waiter-adopted", TTL: 2 * time.Second}
-	lease := fencelock.Lease{Name: name, Owner: req.Owner, TTL: req.TTL}
+	req := driver.Request{Name: name, Owner: "waiter-adopted", TTL: 2 * time.Second}
+	lease := driver.Lease{Name: name, Owner: req.Owner, TTL: req.TTL}
 
 	f.others(fail)
 	f.plan(pass, fail, fail) // joins the line; its read fails, and so does its leaving
@@ -106,7 +108,7 @@ func TestOwedLeaveSparesAdoptedKey(t *testing.T) {
 	if _, err := b.Release(planned(ctx), lease, req.Hold); !errors.Is(err, fencelock.ErrUnavailable) {
 		t.Fatalf("a cleanup that never reached etcd: %v", err)
 	}
-	if _, err := hb.Release(ctx, fencelock.Lease{Name: name, Owner: hreq.Owner, TTL: hreq.TTL}, ""); err != nil {
+	if _, err := hb.Release(ctx, driver.Lease{Name: name, Owner: hreq.Owner, TTL: hreq.TTL}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-between; err != nil {
@@ -122,7 +124,7 @@ func secondAhead(t *testing.T, ctx context.Context, hb *etcdbackend.Backend, cli
 	etcdbackend.WatchAllUpTo(t, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- acquireAndRelease(ctx, hb, fencelock.Request{Name: name, Owner: "between", TTL: 2 * time.Second})
+		done <- acquireAndRelease(ctx, hb, driver.Request{Name: name, Owner: "between", TTL: 2 * time.Second})
 	}()
 	waitKeys(t, cli, hb, name, 2)
 	return done
@@ -131,7 +133,7 @@ func secondAhead(t *testing.T, ctx context.Context, hb *etcdbackend.Backend, cli
 // adoptedStays retries req, which must take back the key an earlier attempt left, lets the
 // settler run, and checks that the key stays while its holder holds it: through several
 // keep-alives, with another owner kept out.
-func adoptedStays(t *testing.T, b *etcdbackend.Backend, f *faults, cli *clientv3.Client, req fencelock.Request) {
+func adoptedStays(t *testing.T, b *etcdbackend.Backend, f *faults, cli *clientv3.Client, req driver.Request) {
 	t.Helper()
 	ctx := bounded(t, 20*time.Second)
 	key := b.Key(req.Name, req.Owner)
@@ -160,7 +162,7 @@ func adoptedStays(t *testing.T, b *etcdbackend.Backend, f *faults, cli *clientv3
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	_, err = other.Acquire(ctx, fencelock.Request{Name: req.Name, Owner: "other", TTL: 2 * time.Second})
+	_, err = other.Acquire(ctx, driver.Request{Name: req.Name, Owner: "other", TTL: 2 * time.Second})
 	if held := (*fencelock.HeldError)(nil); !errors.As(err, &held) {
 		t.Fatalf("another owner's attempt on the held lock: %v", err)
 	}
@@ -173,19 +175,19 @@ func TestOwedLeaveSparesReenteredKey(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
 	hb, cli := newBackend(t, etcd)
 	const name = "owed-leave-reentered"
-	hreq := fencelock.Request{Name: name, Owner: "holder", TTL: 2 * time.Second}
+	hreq := driver.Request{Name: name, Owner: "holder", TTL: 2 * time.Second}
 	if _, err := hb.Acquire(ctx, hreq); err != nil {
 		t.Fatal(err)
 	}
 	between := secondAhead(t, ctx, hb, cli, name)
 	b, f := newFaultyBackend(t, etcd)
-	req := fencelock.Request{Name: name, Owner: "waiter-reentered", Hold: "h1", TTL: 2 * time.Second}
+	req := driver.Request{Name: name, Owner: "waiter-reentered", Hold: "h1", TTL: 2 * time.Second}
 	f.others(fail)           // the settler stays off until the retry has joined the key
 	f.plan(pass, fail, fail) // joins the line; its read fails, and so does its leaving
 	if _, err := b.AcquireQueued(planned(ctx), req); !errors.Is(err, fencelock.ErrUnavailable) {
 		t.Fatalf("a waiter whose read failed: %v", err)
 	}
-	if _, err := hb.Release(ctx, fencelock.Lease{Name: name, Owner: hreq.Owner, TTL: hreq.TTL}, ""); err != nil {
+	if _, err := hb.Release(ctx, driver.Lease{Name: name, Owner: hreq.Owner, TTL: hreq.TTL}, ""); err != nil {
 		t.Fatal(err)
 	}
 	req.Hold = "h2"
@@ -224,8 +226,8 @@ func TestOwedIsRetriedWithoutKeepAlive(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
 	b, f := newFaultyBackend(t, etcd)
 	const name = "owed-no-keepalive"
-	lease := fencelock.Lease{Name: name, Owner: "owner", TTL: 2 * time.Second}
-	if _, err := b.Acquire(ctx, fencelock.Request{Name: name, Owner: lease.Owner, TTL: lease.TTL}); err != nil {
+	lease := driver.Lease{Name: name, Owner: "owner", TTL: 2 * time.Second}
+	if _, err := b.Acquire(ctx, driver.Request{Name: name, Owner: lease.Owner, TTL: lease.TTL}); err != nil {
 		t.Fatal(err)
 	}
 	f.others(fail) // the settler's tries fail

@@ -10,6 +10,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/internal/testserver"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // A reentrant acquisition with a longer TTL leaves the key on the lease of the first one, so
@@ -118,7 +120,7 @@ func TestFreshHoldFindsItsOwnersKey(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
 	b, _ := newBackend(t, etcd)
 	const name = "fresh-hold-finds-key"
-	req := fencelock.Request{Name: name, Owner: "retried-owner", TTL: 5 * time.Second}
+	req := driver.Request{Name: name, Owner: "retried-owner", TTL: 5 * time.Second}
 	first, err := b.AcquireQueued(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -127,11 +129,11 @@ func TestFreshHoldFindsItsOwnersKey(t *testing.T) {
 	if err != nil || again.Token != first.Token || again.Count != 1 {
 		t.Fatalf("the retry of a fresh hold: token %d (want %d), count %d (want 1), %v", again.Token, first.Token, again.Count, err)
 	}
-	if _, err := b.Release(ctx, fencelock.Lease{Name: name, Owner: req.Owner, Token: first.Token}, ""); err != nil {
+	if _, err := b.Release(ctx, driver.Lease{Name: name, Owner: req.Owner, Token: first.Token}, ""); err != nil {
 		t.Fatal(err)
 	}
 
-	other := fencelock.Request{Name: name, Owner: "joined-owner", Hold: "h1", TTL: 5 * time.Second}
+	other := driver.Request{Name: name, Owner: "joined-owner", Hold: "h1", TTL: 5 * time.Second}
 	made, err := b.AcquireQueued(ctx, other)
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +144,7 @@ func TestFreshHoldFindsItsOwnersKey(t *testing.T) {
 		t.Fatalf("a fresh hold on its owner's key: token %d (want %d), count %d (want 2), %v", joined.Token, made.Token, joined.Count, err)
 	}
 	for _, hold := range []string{"", "h1"} {
-		if _, err := b.Release(ctx, fencelock.Lease{Name: name, Owner: other.Owner, Token: made.Token}, hold); err != nil {
+		if _, err := b.Release(ctx, driver.Lease{Name: name, Owner: other.Owner, Token: made.Token}, hold); err != nil {
 			t.Fatalf("releasing hold %q: %v", hold, err)
 		}
 	}

@@ -8,20 +8,20 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Release implements fencelock.Backend. The last hold deletes the key in one transaction that
+// Release implements driver.Backend. The last hold deletes the key in one transaction that
 // compares its value; other holds rewrite the value in a transaction that compares the key's
 // create and mod revisions. A lease with a Token releases only the owner's key made at that
 // revision: a late release of an earlier lock of the owner leaves a later one alone.
 //
-// A release whose outcome stays unknown (the error matches fencelock.ErrUnavailable) is retried
+// A release whose outcome stays unknown (the error matches driver.ErrUnavailable) is retried
 // by the Backend with every keep-alive of its leases (every second when none runs) until it is
 // done, since the key would otherwise live as long as the Backend keeps the lease alive. A
 // release of a hold whose acquisition is still in flight (its caller left before its write's
 // outcome was known) waits for that outcome first, within ctx.
-func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+func (b *Backend) Release(ctx context.Context, lease driver.Lease, hold string) (int, error) {
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
 	}
@@ -31,11 +31,11 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 		select {
 		case <-landed:
 		case <-ctx.Done():
-			return 0, fmt.Errorf("%w: the acquisition of this hold is still in flight: %w", fencelock.ErrUnavailable, ctx.Err())
+			return 0, fmt.Errorf("%w: the acquisition of this hold is still in flight: %w", driver.ErrUnavailable, ctx.Err())
 		}
 	}
 	n, err := b.release(ctx, lease, hold, lease.Token)
-	if err != nil && !errors.Is(err, fencelock.ErrNotHeld) && !errors.Is(err, fencelock.ErrInvalid) {
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) && !errors.Is(err, driver.ErrInvalid) {
 		b.owe(owed{lease: lease, hold: hold, rev: lease.Token})
 		b.settleSoon()
 	}
@@ -43,7 +43,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 }
 
 // release takes hold out of the owner's key, the key made at revision rev when rev is not 0.
-func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold string, rev int64) (int, error) {
+func (b *Backend) release(ctx context.Context, lease driver.Lease, hold string, rev int64) (int, error) {
 	p := b.place(lease.Name, lease.Owner, lease.Limit)
 	key := p.key
 	deleteKey := []clientv3.Op{clientv3.OpDelete(key)}
@@ -55,7 +55,7 @@ func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold strin
 	var err error
 	if hold == "" && rev != 0 && lease.Holds == 0 {
 		// The path every lock takes. The fresh owner's first hold made the key at rev (see
-		// fencelock.Request.Hold), and its caller has no other hold of it: a key no write
+		// driver.Request.Hold), and its caller has no other hold of it: a key no write
 		// changed since rev is that key with that hold alone. One compare, and no read of the
 		// key unless it changed — another holder under the same owner.
 		var resp *clientv3.TxnResponse
@@ -79,9 +79,9 @@ func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold strin
 		}
 		if kv == nil || (rev != 0 && kv.CreateRevision != rev) {
 			if lease.Limit > 0 {
-				return 0, fmt.Errorf("%w: no permit of semaphore %q is held by this owner in etcd", fencelock.ErrNotHeld, lease.Name)
+				return 0, fmt.Errorf("%w: no permit of semaphore %q is held by this owner in etcd", driver.ErrNotHeld, lease.Name)
 			}
-			return 0, fmt.Errorf("%w: %q is not held by this owner in etcd", fencelock.ErrNotHeld, lease.Name)
+			return 0, fmt.Errorf("%w: %q is not held by this owner in etcd", driver.ErrNotHeld, lease.Name)
 		}
 		// Not err: the write below must set the err that the top of the loop reads.
 		h, derr := p.holds(kv.Value)
@@ -127,18 +127,18 @@ func (b *Backend) get(ctx context.Context, key string) (*mvccpb.KeyValue, error)
 	return resp.Kvs[0], nil
 }
 
-var _ fencelock.Publisher = (*Backend)(nil)
+var _ driver.Publisher = (*Backend)(nil)
 
-// Publish implements fencelock.Publisher: the holder's metadata key is written (deleted for
+// Publish implements driver.Publisher: the holder's metadata key is written (deleted for
 // empty metadata) on the lease of its lock's key, in a transaction that holds only while that
 // key is the one made at lease.Token. The watches of WatchHolder see the write. A permit's
 // metadata cannot be changed.
-func (b *Backend) Publish(ctx context.Context, lease fencelock.Lease, meta string) error {
+func (b *Backend) Publish(ctx context.Context, lease driver.Lease, meta string) error {
 	if err := b.usable(lease.Name); err != nil {
 		return err
 	}
 	if lease.Limit > 0 {
-		return fmt.Errorf("%w: the metadata of a semaphore's permit cannot be changed", fencelock.ErrInvalid)
+		return fmt.Errorf("%w: the metadata of a semaphore's permit cannot be changed", driver.ErrInvalid)
 	}
 	key := b.Key(lease.Name, lease.Owner)
 	resp, err := b.c.Get(ctx, key)
@@ -146,7 +146,7 @@ func (b *Backend) Publish(ctx context.Context, lease fencelock.Lease, meta strin
 		return classify(err)
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != lease.Token {
-		return fmt.Errorf("%w: %q is not held by this owner under token %d in etcd", fencelock.ErrNotHeld, lease.Name, lease.Token)
+		return fmt.Errorf("%w: %q is not held by this owner under token %d in etcd", driver.ErrNotHeld, lease.Name, lease.Token)
 	}
 	op := clientv3.OpDelete(b.metaKey(lease.Name, lease.Owner))
 	if meta != "" {
@@ -157,7 +157,7 @@ func (b *Backend) Publish(ctx context.Context, lease fencelock.Lease, meta strin
 	case err != nil:
 		return classify(err)
 	case !txn.Succeeded:
-		return fmt.Errorf("%w: %q is not held by this owner under token %d in etcd", fencelock.ErrNotHeld, lease.Name, lease.Token)
+		return fmt.Errorf("%w: %q is not held by this owner under token %d in etcd", driver.ErrNotHeld, lease.Name, lease.Token)
 	}
 	return nil
 }

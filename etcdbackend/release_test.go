@@ -11,6 +11,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Releasing one hold of a reentrant lock when the transaction that rewrites the key's holds
@@ -49,10 +51,10 @@ func TestSettlerRewriteFails(t *testing.T) {
 }
 
 // reentered makes the owner "owner" hold name twice, with holds "a" and "b".
-func reentered(t *testing.T, b *etcdbackend.Backend, name string) fencelock.Lease {
+func reentered(t *testing.T, b *etcdbackend.Backend, name string) driver.Lease {
 	t.Helper()
 	ctx := bounded(t, 10*time.Second)
-	req := fencelock.Request{Name: name, Owner: "owner", Hold: "a", TTL: 2 * time.Second}
+	req := driver.Request{Name: name, Owner: "owner", Hold: "a", TTL: 2 * time.Second}
 	if _, err := b.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -60,10 +62,10 @@ func reentered(t *testing.T, b *etcdbackend.Backend, name string) fencelock.Leas
 	if g, err := b.Acquire(ctx, req); err != nil || g.Count != 2 {
 		t.Fatalf("reentrant acquisition: %+v %v", g, err)
 	}
-	return fencelock.Lease{Name: name, Owner: req.Owner, TTL: req.TTL}
+	return driver.Lease{Name: name, Owner: req.Owner, TTL: req.TTL}
 }
 
-func releaseNoPanic(t *testing.T, b *etcdbackend.Backend, ctx context.Context, lease fencelock.Lease, hold string) (n int, err error) {
+func releaseNoPanic(t *testing.T, b *etcdbackend.Backend, ctx context.Context, lease driver.Lease, hold string) (n int, err error) {
 	t.Helper()
 	defer func() {
 		if p := recover(); p != nil {

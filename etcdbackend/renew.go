@@ -7,20 +7,20 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // maxTxnOps is etcd's default limit of operations in one transaction.
 const maxTxnOps = 128
 
-// Renew implements fencelock.Backend. The Backend's keep-alive extends its leases in the
+// Renew implements driver.Backend. The Backend's keep-alive extends its leases in the
 // background; Renew confirms, in one transaction per 128 locks, that each lock's key still
 // exists, and the lock's validity is what is known of the lease the key is on (leaseUntil):
 // what its last keep-alive vouched for, or, for a lease this Backend does not keep alive, what
 // etcd reports left of it.
-func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
+func (b *Backend) Renew(ctx context.Context, leases []driver.Lease) []driver.Renewal {
 	begin := time.Now()
-	out := make([]fencelock.Renewal, len(leases))
+	out := make([]driver.Renewal, len(leases))
 	known := map[clientv3.LeaseID]time.Time{} // what leaseUntil said, per call: keys share a few leases
 	for lo := 0; lo < len(leases); lo += maxTxnOps {
 		hi := min(lo+maxTxnOps, len(leases))
@@ -29,7 +29,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	return out
 }
 
-func (b *Backend) renewBatch(ctx context.Context, begin time.Time, batch []fencelock.Lease, out []fencelock.Renewal, known map[clientv3.LeaseID]time.Time) {
+func (b *Backend) renewBatch(ctx context.Context, begin time.Time, batch []driver.Lease, out []driver.Renewal, known map[clientv3.LeaseID]time.Time) {
 	ops := make([]clientv3.Op, 0, len(batch))
 	for i, l := range batch {
 		if out[i].Err = b.usable(l.Name); out[i].Err == nil {
@@ -53,12 +53,12 @@ func (b *Backend) renewBatch(ctx context.Context, begin time.Time, batch []fence
 		kvs := resp.Responses[k].GetResponseRange().Kvs
 		k++
 		if len(kvs) == 0 {
-			r.Err = fmt.Errorf("%w: the key of %q is gone from etcd (lease expired or key deleted)", fencelock.ErrNotHeld, l.Name)
+			r.Err = fmt.Errorf("%w: the key of %q is gone from etcd (lease expired or key deleted)", driver.ErrNotHeld, l.Name)
 			continue
 		}
 		if l.Token != 0 && kvs[0].CreateRevision != l.Token {
 			// A later lock of the same owner: the one renewed is gone.
-			r.Err = fmt.Errorf("%w: the owner's key of %q was made again (token %d, not %d)", fencelock.ErrNotHeld, l.Name, kvs[0].CreateRevision, l.Token)
+			r.Err = fmt.Errorf("%w: the owner's key of %q was made again (token %d, not %d)", driver.ErrNotHeld, l.Name, kvs[0].CreateRevision, l.Token)
 			continue
 		}
 		id := clientv3.LeaseID(kvs[0].Lease)
@@ -70,7 +70,7 @@ func (b *Backend) renewBatch(ctx context.Context, begin time.Time, batch []fence
 			known[id] = until
 		}
 		if !until.After(begin) {
-			r.Err = fmt.Errorf("%w: no keep-alive of the lease of %q was confirmed in time", fencelock.ErrUnavailable, l.Name)
+			r.Err = fmt.Errorf("%w: no keep-alive of the lease of %q was confirmed in time", driver.ErrUnavailable, l.Name)
 			continue
 		}
 		// The key was in place after begin, on a lease that lives until then.

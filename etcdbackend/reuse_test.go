@@ -11,6 +11,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // keysMade returns the distinct keys made under the queue of name since revision from, deleted
@@ -128,12 +130,12 @@ func TestLateReleaseLeavesTheOwnersLaterLock(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
 	b, _ := newBackend(t, etcd)
 	const name = "late-release"
-	req := fencelock.Request{Name: name, Owner: "o", TTL: 10 * time.Second}
+	req := driver.Request{Name: name, Owner: "o", TTL: 10 * time.Second}
 	first, err := b.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	earlier := fencelock.Lease{Name: name, Owner: "o", TTL: 10 * time.Second, Token: first.Token}
+	earlier := driver.Lease{Name: name, Owner: "o", TTL: 10 * time.Second, Token: first.Token}
 	if _, err := b.Release(ctx, earlier, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -144,14 +146,14 @@ func TestLateReleaseLeavesTheOwnersLaterLock(t *testing.T) {
 	if _, err := b.Release(ctx, earlier, ""); !errors.Is(err, fencelock.ErrNotHeld) {
 		t.Fatalf("a late release of token %d: %v, want ErrNotHeld", first.Token, err)
 	}
-	if r := b.Renew(ctx, []fencelock.Lease{earlier}); len(r) != 1 || !errors.Is(r[0].Err, fencelock.ErrNotHeld) {
+	if r := b.Renew(ctx, []driver.Lease{earlier}); len(r) != 1 || !errors.Is(r[0].Err, fencelock.ErrNotHeld) {
 		t.Fatalf("a late renewal of token %d: %+v, want ErrNotHeld", first.Token, r)
 	}
 	info, err := b.Inspect(ctx, name)
 	if err != nil || !info.Held || info.Owner != "o" || info.Token != later.Token {
 		t.Fatalf("after the late release: %+v, %v; want held by o with token %d", info, err, later.Token)
 	}
-	if _, err := b.Release(ctx, fencelock.Lease{Name: name, Owner: "o", TTL: 10 * time.Second, Token: later.Token}, ""); err != nil {
+	if _, err := b.Release(ctx, driver.Lease{Name: name, Owner: "o", TTL: 10 * time.Second, Token: later.Token}, ""); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -185,7 +187,7 @@ func TestWaiterIsNotHeldUpByTheNewKeyOfAReusedOwner(t *testing.T) {
 		ctx := bounded(t, 30*time.Second)
 		hb, cli := newBackend(t, etcd)
 		const name = "reused-ahead"
-		req := fencelock.Request{Name: name, Owner: "a", TTL: 10 * time.Second}
+		req := driver.Request{Name: name, Owner: "a", TTL: 10 * time.Second}
 		first, err := hb.Acquire(ctx, req)
 		if err != nil {
 			t.Fatal(err)
@@ -194,7 +196,7 @@ func TestWaiterIsNotHeldUpByTheNewKeyOfAReusedOwner(t *testing.T) {
 		// queues again under its owner, behind the waiter.
 		again := make(chan error, 1)
 		testNotHeldUpByReusedOwner(t, ctx, 1, func() {
-			if _, err := hb.Release(ctx, fencelock.Lease{Name: name, Owner: "a", TTL: req.TTL, Token: first.Token}, ""); err != nil {
+			if _, err := hb.Release(ctx, driver.Lease{Name: name, Owner: "a", TTL: req.TTL, Token: first.Token}, ""); err != nil {
 				t.Error(err)
 			}
 			go func() { again <- acquireAndRelease(ctx, hb, req) }()
@@ -209,11 +211,11 @@ func TestWaiterIsNotHeldUpByTheNewKeyOfAReusedOwner(t *testing.T) {
 		ctx := bounded(t, 30*time.Second)
 		hb, cli := newBackend(t, etcd)
 		const name = "reused-ahead"
-		holder, err := hb.Acquire(ctx, fencelock.Request{Name: name, Owner: "a", TTL: 10 * time.Second})
+		holder, err := hb.Acquire(ctx, driver.Request{Name: name, Owner: "a", TTL: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := fencelock.Request{Name: name, Owner: "x", TTL: 10 * time.Second}
+		req := driver.Request{Name: name, Owner: "x", TTL: 10 * time.Second}
 		xctx, leave := context.WithCancel(ctx)
 		left := make(chan error, 1)
 		go func() { _, err := hb.AcquireQueued(xctx, req); left <- err }()
@@ -231,7 +233,7 @@ func TestWaiterIsNotHeldUpByTheNewKeyOfAReusedOwner(t *testing.T) {
 			waitKeys(t, cli, hb, name, 3)
 			go func() {
 				time.Sleep(200 * time.Millisecond)
-				_, err := hb.Release(ctx, fencelock.Lease{Name: name, Owner: "a", TTL: 10 * time.Second, Token: holder.Token}, "")
+				_, err := hb.Release(ctx, driver.Lease{Name: name, Owner: "a", TTL: 10 * time.Second, Token: holder.Token}, "")
 				if err != nil {
 					t.Error(err)
 				}
@@ -254,20 +256,20 @@ func testNotHeldUpByReusedOwner(t *testing.T, ctx context.Context, n int, reuse 
 	t.Cleanup(func() { _ = wb.Close() })
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	g, err := wb.AcquireQueued(wctx, fencelock.Request{Name: name, Owner: "w", TTL: 10 * time.Second})
+	g, err := wb.AcquireQueued(wctx, driver.Request{Name: name, Owner: "w", TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatalf("the waiter ahead of the owner's new key: %v", err)
 	}
-	if _, err := wb.Release(ctx, fencelock.Lease{Name: name, Owner: "w", TTL: 10 * time.Second, Token: g.Token}, ""); err != nil {
+	if _, err := wb.Release(ctx, driver.Lease{Name: name, Owner: "w", TTL: 10 * time.Second, Token: g.Token}, ""); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // acquireAndRelease waits in line for req's hold and releases it.
-func acquireAndRelease(ctx context.Context, b *etcdbackend.Backend, req fencelock.Request) error {
+func acquireAndRelease(ctx context.Context, b *etcdbackend.Backend, req driver.Request) error {
 	g, err := b.AcquireQueued(ctx, req)
 	if err == nil {
-		_, err = b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Token: g.Token}, "")
+		_, err = b.Release(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Token: g.Token}, "")
 	}
 	return err
 }

@@ -16,10 +16,10 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
-var _ fencelock.Semaphores = (*Backend)(nil)
+var _ driver.Semaphores = (*Backend)(nil)
 
 // A semaphore of limit L is a queue as a lock's is, under a prefix of its own: each holder and
 // waiter has a key on its session's lease, and a key holds its permits when they and those of
@@ -100,7 +100,7 @@ func decodePermit(v []byte) (int, holds, error) {
 	head, rest, ok := strings.Cut(string(v), "\n")
 	limit, err := strconv.Atoi(strings.TrimPrefix(head, "L"))
 	if !ok || !strings.HasPrefix(head, "L") || err != nil || limit < 1 {
-		return 0, nil, fmt.Errorf("%w: a semaphore key holds %q, which fencelock did not write", fencelock.ErrInvalid, v)
+		return 0, nil, fmt.Errorf("%w: a semaphore key holds %q, which fencelock did not write", driver.ErrInvalid, v)
 	}
 	h, err := decodeHolds([]byte(rest))
 	return limit, h, err
@@ -109,35 +109,35 @@ func decodePermit(v []byte) (int, holds, error) {
 // enqueuePermit is enqueue for a permit of the semaphore req.Name: it makes the owner's key,
 // and reads in the same transaction the keys of the queue, oldest first: a key holds its
 // permits when those of every key before it and its own fit in the limit.
-func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.Request, queue bool, start time.Time) (fencelock.Grant, error) {
+func (b *Backend) enqueuePermit(ctx context.Context, s *session, req driver.Request, queue bool, start time.Time) (driver.Grant, error) {
 	p := b.place(req.Name, req.Owner, req.Limit)
 	pfx := b.semPrefix(req.Name)
 	sent := time.Now()
 	made, ops, rev, err := b.joinPermit(ctx, s, req, p, pfx)
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return fencelock.Grant{}, err // refused: the put was not made
+			return driver.Grant{}, err // refused: the put was not made
 		}
-		return fencelock.Grant{}, classify(err) // what it may have made is owed (see commit)
+		return driver.Grant{}, classify(err) // what it may have made is owed (see commit)
 	}
 	queued := ops[1].GetResponseRange().Kvs
 	if made {
 		if ok, err := holder(queued, rev); err != nil || ok {
 			if err != nil {
 				b.leave(ctx, req, rev)
-				return fencelock.Grant{}, err
+				return driver.Grant{}, err
 			}
 			return b.granted(ctx, req, s.id, rev, 1, start, sent)
 		}
 		if !queue {
 			b.leave(ctx, req, rev)
-			return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Limit: req.Limit}
+			return driver.Grant{}, &driver.HeldError{Name: req.Name, Limit: req.Limit}
 		}
 		req.StartWait()
 		sent, err := b.waitPermit(ctx, s.done, req, pfx, p.key, rev)
 		if err != nil {
 			b.leave(ctx, req, rev)
-			return fencelock.Grant{}, err
+			return driver.Grant{}, err
 		}
 		return waited(b.granted(ctx, req, s.id, rev, 1, start, sent))
 	}
@@ -147,31 +147,31 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 	mine := ops[0].GetResponseRange().Kvs
 	if len(mine) == 0 {
 		if err := agreed(req, queued); err != nil {
-			return fencelock.Grant{}, err
+			return driver.Grant{}, err
 		}
-		return fencelock.Grant{}, fmt.Errorf("%w: the owner's key vanished during the acquisition", fencelock.ErrUnavailable)
+		return driver.Grant{}, fmt.Errorf("%w: the owner's key vanished during the acquisition", driver.ErrUnavailable)
 	}
 	limit, h, err := decodePermit(mine[0].Value)
 	switch {
 	case err != nil:
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	case limit != req.Limit:
-		return fencelock.Grant{}, &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: limit}
+		return driver.Grant{}, &driver.LimitError{Name: req.Name, Limit: req.Limit, Stored: limit}
 	case max(req.Weight, 1) > h.weight():
-		return fencelock.Grant{}, fmt.Errorf("%w: %q: this owner holds %d permits and asks for %d", fencelock.ErrUpgrade, req.Name, h.weight(), max(req.Weight, 1))
+		return driver.Grant{}, fmt.Errorf("%w: %q: this owner holds %d permits and asks for %d", driver.ErrUpgrade, req.Name, h.weight(), max(req.Weight, 1))
 	}
 	ok, err := holder(queued, mine[0].CreateRevision)
 	if err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if !ok {
 		if !queue {
-			return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Limit: req.Limit}
+			return driver.Grant{}, &driver.HeldError{Name: req.Name, Limit: req.Limit}
 		}
 		ended := b.leaseEnded(clientv3.LeaseID(mine[0].Lease))
 		req.StartWait()
 		if sent, err = b.waitPermit(ctx, ended, req, pfx, p.key, mine[0].CreateRevision); err != nil {
-			return fencelock.Grant{}, err
+			return driver.Grant{}, err
 		}
 		return waited(b.reenter(ctx, req, p, mine[0], start, sent))
 	}
@@ -184,7 +184,7 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req fencelock.R
 // over a range with no key), so that a nested transaction asks. When it made the key, ops are
 // the put and the read of the queue, oldest first, and rev is the key's create revision; when
 // it did not, the reads of the owner's key and of the queue.
-func (b *Backend) joinPermit(ctx context.Context, s *session, req fencelock.Request, p place, pfx string) (made bool, ops []*etcdserverpb.ResponseOp, rev int64, err error) {
+func (b *Backend) joinPermit(ctx context.Context, s *session, req driver.Request, p place, pfx string) (made bool, ops []*etcdserverpb.ResponseOp, rev int64, err error) {
 	line := clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	then := []clientv3.Op{clientv3.OpPut(p.key, p.value(holds{entry(req.Hold, req.Weight)}), clientv3.WithLease(s.id)), line}
 	if req.Meta != "" {
@@ -231,14 +231,14 @@ func joinedPermit(resp *clientv3.TxnResponse) (bool, []*etcdserverpb.ResponseOp)
 }
 
 // agreed says whether req's limit is that of every key in the queue.
-func agreed(req fencelock.Request, queue []*mvccpb.KeyValue) error {
+func agreed(req driver.Request, queue []*mvccpb.KeyValue) error {
 	for _, kv := range queue {
 		limit, _, err := decodePermit(kv.Value)
 		if err != nil {
 			return err
 		}
 		if limit != req.Limit {
-			return &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: limit}
+			return &driver.LimitError{Name: req.Name, Limit: req.Limit, Stored: limit}
 		}
 	}
 	return nil
@@ -292,7 +292,7 @@ func (h holds) weight() int {
 // read, so that no deletion, nor a holder giving permits back (a write lock released under a
 // read lock), passes unseen, and returns when the read that found so was sent. ended closes
 // when the lease of the waiter's key is known to be gone.
-func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req fencelock.Request, pfx, key string, rev int64) (time.Time, error) {
+func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req driver.Request, pfx, key string, rev int64) (time.Time, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	var wch clientv3.WatchChan
@@ -384,10 +384,10 @@ func waitCreated(ctx context.Context, ended <-chan struct{}, wch clientv3.WatchC
 	}
 }
 
-// InspectSemaphore implements fencelock.Semaphores. The token it reports is the newest key's
+// InspectSemaphore implements driver.Semaphores. The token it reports is the newest key's
 // create revision: etcd keeps no counter of its own.
-func (b *Backend) InspectSemaphore(ctx context.Context, name string) (fencelock.SemaphoreInfo, error) {
-	info := fencelock.SemaphoreInfo{Name: name}
+func (b *Backend) InspectSemaphore(ctx context.Context, name string) (driver.SemaphoreInfo, error) {
+	info := driver.SemaphoreInfo{Name: name}
 	if err := b.usable(name); err != nil {
 		return info, err
 	}
@@ -436,7 +436,7 @@ func (b *Backend) InspectSemaphore(ctx context.Context, name string) (fencelock.
 				left[kv.Lease] = time.Duration(ttl.TTL) * time.Second
 			}
 		}
-		info.Permits = append(info.Permits, fencelock.Info{Name: name, Held: true, Owner: owner, Count: len(h),
+		info.Permits = append(info.Permits, driver.Info{Name: name, Held: true, Owner: owner, Count: len(h),
 			Token: kv.CreateRevision, Remaining: left[kv.Lease], Meta: meta[owner], Weight: h.weight()})
 	}
 	return info, nil

@@ -10,7 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // session is one lease and the goroutine that keeps it alive, shared by every lock of one TTL.
@@ -40,7 +40,7 @@ func (b *Backend) session(ctx context.Context, ttl time.Duration) (*session, err
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return nil, fmt.Errorf("%w: the etcd backend was closed", fencelock.ErrClosed)
+		return nil, fmt.Errorf("%w: the etcd backend was closed", driver.ErrClosed)
 	}
 	if s := b.sessions[secs]; s != nil && !s.expired() {
 		b.mu.Unlock()
@@ -69,7 +69,7 @@ func (b *Backend) session(ctx context.Context, ttl time.Duration) (*session, err
 		b.mu.Unlock()
 		_, _ = b.c.Revoke(ctx, lease.ID)
 		if closed {
-			return nil, fmt.Errorf("%w: the etcd backend was closed", fencelock.ErrClosed)
+			return nil, fmt.Errorf("%w: the etcd backend was closed", driver.ErrClosed)
 		}
 		return old, nil
 	}
@@ -188,7 +188,7 @@ func (s *session) revoke() error {
 // extend such a lease, and claims no more of it than is left.
 func (b *Backend) leaseUntil(ctx context.Context, name string, id clientv3.LeaseID) (time.Time, error) {
 	if id == 0 {
-		return time.Time{}, fmt.Errorf("%w: the key of %q has no lease: fencelock did not write it", fencelock.ErrInvalid, name)
+		return time.Time{}, fmt.Errorf("%w: the key of %q has no lease: fencelock did not write it", driver.ErrInvalid, name)
 	}
 	if s := b.sessionOf(id); s != nil && !s.expired() {
 		return s.until(), nil
@@ -197,11 +197,11 @@ func (b *Backend) leaseUntil(ctx context.Context, name string, id clientv3.Lease
 	resp, err := b.c.TimeToLive(ctx, id)
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound), err == nil && resp.TTL < 0:
-		return time.Time{}, fmt.Errorf("%w: the lease of %q expired", fencelock.ErrNotHeld, name)
+		return time.Time{}, fmt.Errorf("%w: the lease of %q expired", driver.ErrNotHeld, name)
 	case err != nil:
 		return time.Time{}, classify(fmt.Errorf("reading the lease of %q: %w", name, err))
 	case resp.TTL == 0:
-		return time.Time{}, fmt.Errorf("%w: the lease of %q has less than a second left, and this Backend does not keep it alive", fencelock.ErrUnavailable, name)
+		return time.Time{}, fmt.Errorf("%w: the lease of %q has less than a second left, and this Backend does not keep it alive", driver.ErrUnavailable, name)
 	}
 	return asked.Add(time.Duration(resp.TTL) * time.Second), nil
 }
@@ -244,4 +244,4 @@ var errSessionExpired = errors.New("fencelock/etcd: the lease expired while wait
 
 // errWaiterLapsed is what a waiter returns when the lease of its key is gone, and the key with
 // it: the lock is unavailable to it, not held by another.
-var errWaiterLapsed = fmt.Errorf("%w: %w", fencelock.ErrUnavailable, errSessionExpired)
+var errWaiterLapsed = fmt.Errorf("%w: %w", driver.ErrUnavailable, errSessionExpired)

@@ -8,12 +8,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
-var _ fencelock.HolderWatcher = (*Backend)(nil)
+var _ driver.HolderWatcher = (*Backend)(nil)
 
-// WatchHolder implements fencelock.HolderWatcher with two etcd watches: on the lock's queue
+// WatchHolder implements driver.HolderWatcher with two etcd watches: on the lock's queue
 // (an acquisition, a release, a hand-over to the next in line, a lease's expiry) and on its
 // holders' metadata (Publish). A watch that breaks (compaction, a lost leader) is made again,
 // and the channel then receives a value: a change may have passed unseen. The watches end
@@ -93,6 +93,6 @@ func rewatchBackoff(again int) time.Duration {
 	return min(50*time.Millisecond<<min(again-1, 6), 2*time.Second)
 }
 
-// PushesAcquisitions implements fencelock.HolderWatcher: etcd's watch sees every change of the
+// PushesAcquisitions implements driver.HolderWatcher: etcd's watch sees every change of the
 // lock's keys, the expiry of a holder's lease among them.
 func (b *Backend) PushesAcquisitions() bool { return true }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // RunElection runs the election suite as subtests of t. It uses Target.Drop.
@@ -285,7 +287,7 @@ func (s suite) electLeadReturns(t *testing.T) {
 // the same step: Observe reports the next term and no "no leader" before it, in every round.
 // (Observe looks when the store pushes word of the hand-over, where it can.)
 func (s suite) electObserveHandOver(t *testing.T) {
-	if _, ok := s.New(t).(fencelock.Queue); !ok {
+	if _, ok := s.New(t).(driver.Queue); !ok {
 		t.Skip("the backend keeps no line: a release frees the lock before the next contender takes it")
 	}
 	const rounds = 8

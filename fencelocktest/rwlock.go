@@ -11,7 +11,7 @@ import (
 
 // RunRWLock runs the suite of weighted permits and the read-write lock as subtests of t, for a
 // backend that keeps weighted semaphores. Listed skips a backend that is no
-// fencelock.SemaphoreNamer.
+// driver.SemaphoreNamer.
 func RunRWLock(t *testing.T, target Target) {
 	s := suite{Target: target}
 	t.Run("WeightedPermits", s.semWeighted)

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // RunSemaphore runs the semaphore suite as subtests of t, for a backend that implements
-// fencelock.Semaphores. It uses Target.DropPermit, not Target.Drop. List skips a backend that
-// is no fencelock.SemaphoreNamer.
+// driver.Semaphores. It uses Target.DropPermit, not Target.Drop. List skips a backend that
+// is no driver.SemaphoreNamer.
 func RunSemaphore(t *testing.T, target Target) {
 	s := suite{Target: target}
 	t.Run("LimitHonoured", s.semLimitHonoured)
@@ -275,7 +277,7 @@ func (s suite) semLockDelay(t *testing.T) {
 	a, b := s.client(t), s.client(t)
 	start := time.Now()
 	lost, err := a.Semaphore(name, 2).Acquire(ctx, fencelock.WithLockDelay(delay), fencelock.WithWatchdog(false))
-	if _, expires := s.New(t).(fencelock.Expirer); !expires {
+	if _, expires := s.New(t).(driver.Expirer); !expires {
 		if !errors.Is(err, fencelock.ErrInvalid) {
 			t.Fatalf("WithLockDelay on a store whose locks end with a session: %v, want ErrInvalid", err)
 		}
@@ -489,8 +491,8 @@ func (s suite) semBadInput(t *testing.T) {
 // listing returns a backend of the target that lists its semaphores, or skips t.
 func (s suite) listing(t *testing.T) fencelock.Backend {
 	b := s.New(t)
-	if _, ok := b.(fencelock.SemaphoreNamer); !ok {
-		t.Skip("the backend cannot list its semaphores: it is no fencelock.SemaphoreNamer")
+	if _, ok := b.(driver.SemaphoreNamer); !ok {
+		t.Skip("the backend cannot list its semaphores: it is no driver.SemaphoreNamer")
 	}
 	return b
 }
@@ -611,7 +613,7 @@ func (s suite) semList(t *testing.T) {
 	if sb.Limit != 1 || sb.InUse != 1 || sb.Waiting != 1 || len(sb.Permits) != 1 || sb.Permits[0].Owner != b1.Owner() || sb.Permits[0].Token != b1.Token() {
 		t.Fatalf("semaphore b: %+v, want b1's permit (%s %d) and one waiter", sb, b1.Owner(), b1.Token())
 	}
-	if _, ok := b.(fencelock.Namer); ok {
+	if _, ok := b.(driver.Namer); ok {
 		locks, err := fencelock.List(ctx, b, pfx)
 		if err != nil || len(locks) != 1 || locks[0].Name != pfx+"a" || locks[0].Owner != lock.Owner() {
 			t.Fatalf("List(%q) = %+v, %v: want the lock %q alone, no semaphore", pfx, locks, err, pfx+"a")

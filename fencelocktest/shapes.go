@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // The shapes every attack on fencelock came back with, drawn against each primitive: one
@@ -710,7 +712,7 @@ func (s suite) lockDelay(t *testing.T) {
 	}))
 	start := time.Now()
 	lock, err := a.Obtain(ctx, name, fencelock.WithLockDelay(delay), fencelock.WithWatchdog(false))
-	if _, expires := s.New(t).(fencelock.Expirer); !expires {
+	if _, expires := s.New(t).(driver.Expirer); !expires {
 		if !errors.Is(err, fencelock.ErrInvalid) {
 			t.Fatalf("WithLockDelay on a store whose locks end with a session: %v, want ErrInvalid", err)
 		}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Target describes the backend under test.
@@ -561,7 +563,7 @@ func (s suite) errorsReadWell(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Release(ctx)
-	lease := fencelock.Lease{Name: name + "-never", Owner: "nobody", TTL: s.TTL}
+	lease := driver.Lease{Name: name + "-never", Owner: "nobody", TTL: s.TTL}
 	for _, tc := range []struct {
 		what string
 		err  func() error
@@ -571,7 +573,7 @@ func (s suite) errorsReadWell(t *testing.T) {
 		{"Obtain with a zero TTL", func() error { _, err := c.Obtain(ctx, name, fencelock.WithTTL(0)); return err }, fencelock.ErrInvalid},
 		{"TryObtain of a held lock", func() error { _, err := c.TryObtain(ctx, name); return err }, fencelock.ErrNotObtained},
 		{"Acquire with an empty name", func() error {
-			_, err := b.Acquire(ctx, fencelock.Request{Name: "", Owner: "o", TTL: s.TTL})
+			_, err := b.Acquire(ctx, driver.Request{Name: "", Owner: "o", TTL: s.TTL})
 			return err
 		}, fencelock.ErrInvalid},
 		{"Inspect with an empty name", func() error { _, err := b.Inspect(ctx, ""); return err }, fencelock.ErrInvalid},
@@ -581,7 +583,7 @@ func (s suite) errorsReadWell(t *testing.T) {
 			if cl, ok := closed.(interface{ Close() error }); ok {
 				_ = cl.Close()
 			}
-			_, err := closed.Acquire(ctx, fencelock.Request{Name: name, Owner: "o", TTL: s.TTL})
+			_, err := closed.Acquire(ctx, driver.Request{Name: name, Owner: "o", TTL: s.TTL})
 			if err == nil {
 				return errors.New("fencelock: a closed backend granted a lock") // no Close, or it still grants
 			}

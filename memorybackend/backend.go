@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Backend is a fencelock.Backend on a Store: what one Client uses. It implements every optional
+// Backend is a driver.Backend on a Store: what one Client uses. It implements every optional
 // interface of the contract: a Queue (a fair line with hand-over), Semaphores, a ReleaseWatcher,
 // a LossWatcher (a lock that ends other than by its holder's release is pushed to the holder
 // at once), Namer, SemaphoreNamer and ForceReleaser. It is safe for concurrent use.
@@ -41,7 +41,7 @@ type fault struct {
 }
 
 // DropNextReply makes the Backend's next call fail as if its reply were lost on the way: the
-// caller gets an error matching fencelock.ErrUnavailable, and cannot tell whether the store
+// caller gets an error matching driver.ErrUnavailable, and cannot tell whether the store
 // applied the call; applied says whether it did. The Client then cleans up as after a timeout:
 // it releases, in the background, what the call may have taken.
 func (b *Backend) DropNextReply(applied bool) {
@@ -69,7 +69,7 @@ func (b *Backend) Partition(d time.Duration) {
 	b.mu.Unlock()
 }
 
-// Close ends the Backend: waits in line end with an error matching fencelock.ErrClosed, and
+// Close ends the Backend: waits in line end with an error matching driver.ErrClosed, and
 // later calls fail so. What it holds stays in the Store until its TTL runs out, as a process's
 // locks stay in Redis when it exits. Close is idempotent.
 func (b *Backend) Close() error {
@@ -84,7 +84,7 @@ func (b *Backend) clock() time.Time {
 	return time.Now()
 }
 
-var errReplyLost = fmt.Errorf("%w: memorybackend: the reply was lost (DropNextReply)", fencelock.ErrUnavailable)
+var errReplyLost = fmt.Errorf("%w: memorybackend: the reply was lost (DropNextReply)", driver.ErrUnavailable)
 
 // call runs apply as one request of the Backend, through its faults: a partition holds it
 // back, a dropped reply loses its outcome, a delayed one comes late. op and name say what it
@@ -121,7 +121,7 @@ func (b *Backend) call(ctx context.Context, op, name string, apply func() error)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return fmt.Errorf("%w: memorybackend: the reply was delayed (DelayNextReply): %w", fencelock.ErrUnavailable, ctx.Err())
+			return fmt.Errorf("%w: memorybackend: the reply was delayed (DelayNextReply): %w", driver.ErrUnavailable, ctx.Err())
 		}
 	}
 	return err
@@ -142,7 +142,7 @@ func (b *Backend) waitPartition(ctx context.Context) error {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w: memorybackend: partitioned from the store: %w", fencelock.ErrUnavailable, ctx.Err())
+			return fmt.Errorf("%w: memorybackend: partitioned from the store: %w", driver.ErrUnavailable, ctx.Err())
 		case <-b.closed:
 			t.Stop()
 			return errClosed
@@ -157,44 +157,44 @@ func (b *Backend) waitPartition(ctx context.Context) error {
 }
 
 // errNoName is the error of a call with an empty name.
-var errNoName = fmt.Errorf("%w: empty lock name", fencelock.ErrInvalid)
+var errNoName = fmt.Errorf("%w: empty lock name", driver.ErrInvalid)
 
 // check says why req cannot be asked for.
-func check(req fencelock.Request) error {
+func check(req driver.Request) error {
 	switch {
 	case req.Name == "":
 		return errNoName
 	case req.TTL <= 0:
-		return fmt.Errorf("%w: TTL %v: want a positive TTL", fencelock.ErrInvalid, req.TTL)
+		return fmt.Errorf("%w: TTL %v: want a positive TTL", driver.ErrInvalid, req.TTL)
 	case req.Limit > 0:
 		return checkPermit(req)
 	}
 	return nil
 }
 
-// Acquire implements fencelock.Backend: one attempt.
-func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (g fencelock.Grant, err error) {
+// Acquire implements driver.Backend: one attempt.
+func (b *Backend) Acquire(ctx context.Context, req driver.Request) (g driver.Grant, err error) {
 	if err := check(req); err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	cerr := b.call(ctx, "acquire", req.Name, func() error {
 		g, err = b.s.attempt(req)
 		return err
 	})
 	if cerr != err {
-		return fencelock.Grant{}, cerr
+		return driver.Grant{}, cerr
 	}
 	return g, err
 }
 
 // attempt is one attempt for req, now.
-func (s *Store) attempt(req fencelock.Request) (fencelock.Grant, error) {
+func (s *Store) attempt(req driver.Request) (driver.Grant, error) {
 	var fx effects
 	s.mu.Lock()
 	now := time.Now()
 	e := s.get(req.Name)
 	s.settle(e, now, &fx)
-	var g fencelock.Grant
+	var g driver.Grant
 	var err error
 	if req.Limit > 0 {
 		g, err = s.takePermit(e, req, now, len(e.permitLine))
@@ -207,11 +207,11 @@ func (s *Store) attempt(req fencelock.Request) (fencelock.Grant, error) {
 	return g, err
 }
 
-// AcquireQueued implements fencelock.Queue: it waits in the line of the lock, or of the
+// AcquireQueued implements driver.Queue: it waits in the line of the lock, or of the
 // semaphore, until a release or an expiry hands it what it asked for, or ctx ends.
-func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (g fencelock.Grant, err error) {
+func (b *Backend) AcquireQueued(ctx context.Context, req driver.Request) (g driver.Grant, err error) {
 	if err := check(req); err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	start, began := time.Now(), b.clock()
 	cerr := b.call(ctx, "queue", req.Name, func() error {
@@ -224,14 +224,14 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (g f
 		return err
 	})
 	if cerr != err {
-		return fencelock.Grant{}, cerr
+		return driver.Grant{}, cerr
 	}
 	return g, err
 }
 
-// Renew implements fencelock.Backend: the leases in one request.
-func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
-	out := make([]fencelock.Renewal, len(leases))
+// Renew implements driver.Backend: the leases in one request.
+func (b *Backend) Renew(ctx context.Context, leases []driver.Lease) []driver.Renewal {
+	out := make([]driver.Renewal, len(leases))
 	var names string
 	if b.s.gate != nil {
 		all := make([]string, len(leases))
@@ -262,14 +262,14 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	})
 	if cerr != nil {
 		for i := range out {
-			out[i] = fencelock.Renewal{Err: cerr}
+			out[i] = driver.Renewal{Err: cerr}
 		}
 	}
 	return out
 }
 
-// Release implements fencelock.Backend.
-func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (n int, err error) {
+// Release implements driver.Backend.
+func (b *Backend) Release(ctx context.Context, lease driver.Lease, hold string) (n int, err error) {
 	if lease.Name == "" {
 		return 0, errNoName
 	}
@@ -283,7 +283,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	return n, err
 }
 
-func (s *Store) release(lease fencelock.Lease, hold string) (int, error) {
+func (s *Store) release(lease driver.Lease, hold string) (int, error) {
 	var fx effects
 	s.mu.Lock()
 	now := time.Now()
@@ -302,8 +302,8 @@ func (s *Store) release(lease fencelock.Lease, hold string) (int, error) {
 	return n, err
 }
 
-// Inspect implements fencelock.Backend.
-func (b *Backend) Inspect(ctx context.Context, name string) (info fencelock.Info, err error) {
+// Inspect implements driver.Backend.
+func (b *Backend) Inspect(ctx context.Context, name string) (info driver.Info, err error) {
 	if name == "" {
 		return info, errNoName
 	}
@@ -314,8 +314,8 @@ func (b *Backend) Inspect(ctx context.Context, name string) (info fencelock.Info
 	return info, err
 }
 
-// InspectSemaphore implements fencelock.Semaphores.
-func (b *Backend) InspectSemaphore(ctx context.Context, name string) (info fencelock.SemaphoreInfo, err error) {
+// InspectSemaphore implements driver.Semaphores.
+func (b *Backend) InspectSemaphore(ctx context.Context, name string) (info driver.SemaphoreInfo, err error) {
 	if name == "" {
 		return info, errNoName
 	}
@@ -339,8 +339,8 @@ func (s *Store) read(name string, fn func(e *entry, now time.Time)) {
 	fx.run()
 }
 
-// ForceRelease implements fencelock.ForceReleaser: the holder learns of it at once.
-func (b *Backend) ForceRelease(ctx context.Context, name string) (info fencelock.Info, err error) {
+// ForceRelease implements driver.ForceReleaser: the holder learns of it at once.
+func (b *Backend) ForceRelease(ctx context.Context, name string) (info driver.Info, err error) {
 	if name == "" {
 		return info, errNoName
 	}
@@ -357,7 +357,7 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (info fencelock
 	return info, err
 }
 
-// Names implements fencelock.Namer: the names whose lock is held, or waited for.
+// Names implements driver.Namer: the names whose lock is held, or waited for.
 func (b *Backend) Names(ctx context.Context, prefix string) (names []string, err error) {
 	err = b.call(ctx, "names", prefix, func() error {
 		names = b.s.list(prefix, func(e *entry) bool { return e.lock != nil || len(e.lockLine) > 0 })
@@ -366,7 +366,7 @@ func (b *Backend) Names(ctx context.Context, prefix string) (names []string, err
 	return names, err
 }
 
-// SemaphoreNames implements fencelock.SemaphoreNamer: the names whose semaphore has permits
+// SemaphoreNames implements driver.SemaphoreNamer: the names whose semaphore has permits
 // held, or waited for.
 func (b *Backend) SemaphoreNames(ctx context.Context, prefix string) (names []string, err error) {
 	err = b.call(ctx, "semaphore-names", prefix, func() error {
@@ -397,16 +397,16 @@ func (s *Store) list(prefix string, keep func(*entry) bool) []string {
 }
 
 var (
-	_ fencelock.Backend        = (*Backend)(nil)
-	_ fencelock.Queue          = (*Backend)(nil)
-	_ fencelock.Semaphores     = (*Backend)(nil)
-	_ fencelock.ReleaseWatcher = (*Backend)(nil)
-	_ fencelock.LossWatcher    = (*Backend)(nil)
-	_ fencelock.Namer          = (*Backend)(nil)
-	_ fencelock.SemaphoreNamer = (*Backend)(nil)
-	_ fencelock.ForceReleaser  = (*Backend)(nil)
-	_ fencelock.Expirer        = (*Backend)(nil)
+	_ driver.Backend        = (*Backend)(nil)
+	_ driver.Queue          = (*Backend)(nil)
+	_ driver.Semaphores     = (*Backend)(nil)
+	_ driver.ReleaseWatcher = (*Backend)(nil)
+	_ driver.LossWatcher    = (*Backend)(nil)
+	_ driver.Namer          = (*Backend)(nil)
+	_ driver.SemaphoreNamer = (*Backend)(nil)
+	_ driver.ForceReleaser  = (*Backend)(nil)
+	_ driver.Expirer        = (*Backend)(nil)
 )
 
-// ExpiresByTTL implements fencelock.Expirer: the store lets a lock go when its TTL runs out.
+// ExpiresByTTL implements driver.Expirer: the store lets a lock go when its TTL runs out.
 func (b *Backend) ExpiresByTTL() bool { return true }

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // A line is the waiters of a lock, or of a semaphore, first come first. Whatever frees the
@@ -22,7 +22,7 @@ func (s *Store) handOver(e *entry, now time.Time) {
 		e.lockLine = e.lockLine[1:]
 		e.lock = s.newHolder(w.req, 1, now)
 		e.lockLast = e.lock.token
-		w.reply(fencelock.Grant{Token: e.lock.token, Count: 1}, nil, now)
+		w.reply(driver.Grant{Token: e.lock.token, Count: 1}, nil, now)
 	}
 	if h := e.lock; h != nil {
 		e.lockLine = slices.DeleteFunc(e.lockLine, func(w *waiter) bool {
@@ -48,7 +48,7 @@ func (s *Store) handOver(e *entry, now time.Time) {
 		}
 		w := e.permitLine[0]
 		g, err := s.takePermit(e, w.req, now, 0)
-		if _, held := err.(*fencelock.HeldError); held {
+		if _, held := err.(*driver.HeldError); held {
 			return // none passes a waiter that does not fit
 		}
 		e.permitLine = e.permitLine[1:]
@@ -57,7 +57,7 @@ func (s *Store) handOver(e *entry, now time.Time) {
 }
 
 // reply ends w's wait with a grant made at now, or a refusal.
-func (w *waiter) reply(g fencelock.Grant, err error, now time.Time) {
+func (w *waiter) reply(g driver.Grant, err error, now time.Time) {
 	if err == nil {
 		g.Elapsed, g.Waited = now.Sub(w.start), true
 	}
@@ -67,12 +67,12 @@ func (w *waiter) reply(g fencelock.Grant, err error, now time.Time) {
 // queued waits in line for req, from start, unless the first attempt takes it; b's call wraps
 // it in the Backend's faults. A wait that ctx ends, or the Backend's Close, leaves the line;
 // a hand-over that came meanwhile is given back.
-func (s *Store) queued(ctx context.Context, b *Backend, req fencelock.Request, start time.Time) (fencelock.Grant, error) {
+func (s *Store) queued(ctx context.Context, b *Backend, req driver.Request, start time.Time) (driver.Grant, error) {
 	var fx effects
 	s.mu.Lock()
 	e := s.get(req.Name)
 	s.settle(e, start, &fx)
-	var g fencelock.Grant
+	var g driver.Grant
 	var err error
 	line := &e.lockLine
 	if req.Limit > 0 {
@@ -81,7 +81,7 @@ func (s *Store) queued(ctx context.Context, b *Backend, req fencelock.Request, s
 	} else {
 		g, err = s.takeLock(e, req, start)
 	}
-	_, held := err.(*fencelock.HeldError)
+	_, held := err.(*driver.HeldError)
 	if !held {
 		s.finish(e, start, &fx)
 		s.mu.Unlock()
@@ -98,13 +98,13 @@ func (s *Store) queued(ctx context.Context, b *Backend, req fencelock.Request, s
 		return r.g, r.err
 	case <-ctx.Done():
 		s.pass(context.WithoutCancel(ctx), b, "leave", req.Name)
-		return fencelock.Grant{}, s.leave(w, line, ctx.Err())
+		return driver.Grant{}, s.leave(w, line, ctx.Err())
 	case <-b.closed:
-		return fencelock.Grant{}, s.leave(w, line, errClosed)
+		return driver.Grant{}, s.leave(w, line, errClosed)
 	}
 }
 
-var errClosed = fmt.Errorf("%w: memorybackend: the Backend is closed", fencelock.ErrClosed)
+var errClosed = fmt.Errorf("%w: memorybackend: the Backend is closed", driver.ErrClosed)
 
 // leave takes w out of line, or gives back what a hand-over gave it meanwhile, and returns why.
 func (s *Store) leave(w *waiter, line *[]*waiter, why error) error {
@@ -114,7 +114,7 @@ func (s *Store) leave(w *waiter, line *[]*waiter, why error) error {
 	if i := slices.Index(*line, w); i >= 0 {
 		*line = slices.Delete(*line, i, i+1)
 	} else if r := <-w.done; r.err == nil {
-		lease := fencelock.Lease{Name: w.req.Name, Owner: w.req.Owner, Token: r.g.Token, Limit: w.req.Limit}
+		lease := driver.Lease{Name: w.req.Name, Owner: w.req.Owner, Token: r.g.Token, Limit: w.req.Limit}
 		if w.req.Limit > 0 {
 			_, _ = s.releasePermit(e, lease, w.req.Hold, &fx)
 		} else {
@@ -127,11 +127,11 @@ func (s *Store) leave(w *waiter, line *[]*waiter, why error) error {
 	return why
 }
 
-var _ fencelock.LineLister = (*Backend)(nil)
+var _ driver.LineLister = (*Backend)(nil)
 
-// Line implements fencelock.LineLister: the waiters in the lock's line, first first, one per
+// Line implements driver.LineLister: the waiters in the lock's line, first first, one per
 // owner.
-func (b *Backend) Line(ctx context.Context, name string) (out []fencelock.Info, err error) {
+func (b *Backend) Line(ctx context.Context, name string) (out []driver.Info, err error) {
 	if name == "" {
 		return nil, errNoName
 	}
@@ -144,7 +144,7 @@ func (b *Backend) Line(ctx context.Context, name string) (out []fencelock.Info, 
 			for _, w := range e.lockLine {
 				if !seen[w.req.Owner] {
 					seen[w.req.Owner] = true
-					out = append(out, fencelock.Info{Name: name, Owner: w.req.Owner, Meta: w.req.Meta})
+					out = append(out, driver.Info{Name: name, Owner: w.req.Owner, Meta: w.req.Meta})
 				}
 			}
 		})

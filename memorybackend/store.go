@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Store is one store of locks, semaphores and elections, shared by the Backends it gives out.
@@ -64,13 +64,13 @@ func (h *holder) count() int { return len(h.holds) }
 
 // waiter is a call waiting in a line.
 type waiter struct {
-	req   fencelock.Request
+	req   driver.Request
 	start time.Time       // when the call began
 	done  chan grantReply // the hand-over, or the refusal that ends the wait; buffered
 }
 
 type grantReply struct {
-	g   fencelock.Grant
+	g   driver.Grant
 	err error
 }
 
@@ -146,9 +146,9 @@ func (s *Store) finish(e *entry, now time.Time, fx *effects) {
 }
 
 var (
-	errExpired  = fmt.Errorf("%w: memorybackend: its TTL ran out", fencelock.ErrNotHeld)
-	errForced   = fmt.Errorf("%w: memorybackend: force-released", fencelock.ErrNotHeld)
-	errForgot   = fmt.Errorf("%w: memorybackend: the store forgot it", fencelock.ErrNotHeld)
+	errExpired  = fmt.Errorf("%w: memorybackend: its TTL ran out", driver.ErrNotHeld)
+	errForced   = fmt.Errorf("%w: memorybackend: force-released", driver.ErrNotHeld)
+	errForgot   = fmt.Errorf("%w: memorybackend: the store forgot it", driver.ErrNotHeld)
 	errReleased = errors.New("released")
 )
 

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // watch is a WatchRelease: woken each time the lock of its name may have become free.
@@ -19,7 +19,7 @@ func (w *watch) wake() {
 	}
 }
 
-// WatchRelease implements fencelock.ReleaseWatcher: the channel receives a value each time the
+// WatchRelease implements driver.ReleaseWatcher: the channel receives a value each time the
 // lock name is released, expires or is forgotten.
 func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{}, func(), error) {
 	if name == "" {
@@ -64,11 +64,11 @@ type lossWatch struct {
 
 func (w *lossWatch) lost(why error) { w.once.Do(func() { w.fn(why) }) }
 
-// WatchLoss implements fencelock.LossWatcher: when the lock (or permit) of lease ends other
+// WatchLoss implements driver.LossWatcher: when the lock (or permit) of lease ends other
 // than by its holder's release — its TTL ran out, Expire, Forget, ForceRelease — lost is
 // called at once, from a goroutine of its own. It makes no call, so no fault of the Backend
 // touches it: a Store's push reaches its Backends, as Redis's reach a client that tracks.
-func (b *Backend) WatchLoss(lease fencelock.Lease, lost func(reason error)) (stop func()) {
+func (b *Backend) WatchLoss(lease driver.Lease, lost func(reason error)) (stop func()) {
 	w := &lossWatch{fn: lost}
 	who := lease.Owner
 	if lease.Limit > 0 {
@@ -103,9 +103,9 @@ func (b *Backend) WatchLoss(lease fencelock.Lease, lost func(reason error)) (sto
 	}
 }
 
-var errGone = fmt.Errorf("%w: memorybackend: the lock is not this holder's", fencelock.ErrNotHeld)
+var errGone = fmt.Errorf("%w: memorybackend: the lock is not this holder's", driver.ErrNotHeld)
 
-// WatchHolder implements fencelock.HolderWatcher on the watches of WatchRelease: the channel
+// WatchHolder implements driver.HolderWatcher on the watches of WatchRelease: the channel
 // receives a value each time the lock name is released (and maybe handed to the next in line),
 // expires, is forgotten, or its holder publishes a new value (Publish). The acquisition of a
 // free lock is not told.
@@ -113,6 +113,6 @@ func (b *Backend) WatchHolder(ctx context.Context, name string) (<-chan struct{}
 	return b.WatchRelease(ctx, name)
 }
 
-// PushesAcquisitions implements fencelock.HolderWatcher: the acquisition of a free lock is not
+// PushesAcquisitions implements driver.HolderWatcher: the acquisition of a free lock is not
 // told.
 func (b *Backend) PushesAcquisitions() bool { return false }

@@ -6,15 +6,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Acquire implements fencelock.Backend.
-func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+// Acquire implements driver.Backend.
+func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if err := b.usable(req.Name); err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if req.Limit > 0 {
 		g, _, err := b.permitAttempt(ctx, req, 0, 0, nil)
@@ -34,21 +35,21 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		reply, err = redisconn.Slice(b.pipe.run(ctx, acquireScript, keys, args...))
 	}
 	if err != nil {
-		return fencelock.Grant{}, b.failed(req, err)
+		return driver.Grant{}, b.failed(req, err)
 	}
 	res, ok := int64s(reply)
 	if !ok || len(reply) < 2 || (res[0] == 1 && len(reply) < 3) {
-		return fencelock.Grant{}, fmt.Errorf("%w: unexpected acquire reply %v", fencelock.ErrUnavailable, reply)
+		return driver.Grant{}, fmt.Errorf("%w: unexpected acquire reply %v", driver.ErrUnavailable, reply)
 	}
 	if res[0] == 0 {
-		return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Remaining: time.Duration(res[1]) * time.Millisecond}
+		return driver.Grant{}, &driver.HeldError{Name: req.Name, Remaining: time.Duration(res[1]) * time.Millisecond}
 	}
 	if acked >= 0 && acked < b.replicas {
 		// Not handed out; the Client releases it, as after any acquisition that failed but may
 		// have taken the lock.
-		return fencelock.Grant{}, fmt.Errorf("%w: only %d of %d replicas acknowledged the lock within %v", fencelock.ErrUnavailable, acked, b.replicas, b.replicaTO)
+		return driver.Grant{}, fmt.Errorf("%w: only %d of %d replicas acknowledged the lock within %v", driver.ErrUnavailable, acked, b.replicas, b.replicaTO)
 	}
-	return fencelock.Grant{Token: res[1], Count: int(res[2])}, nil
+	return driver.Grant{Token: res[1], Count: int(res[2])}, nil
 }
 
 // replicated runs script and WAIT on one connection, in one round trip: WAIT counts the
@@ -61,13 +62,13 @@ func (b *Backend) replicated(ctx context.Context, script *redisconn.Script, keys
 
 // failed classifies the error of an acquisition. A WAIT that the server refused (a writable
 // replica refuses it) is a configuration the caller must change, so the error matches
-// fencelock.ErrInvalid, which tells the Client nothing was taken: the Backend releases what
+// driver.ErrInvalid, which tells the Client nothing was taken: the Backend releases what
 // the script may have taken itself.
-func (b *Backend) failed(req fencelock.Request, err error) error {
+func (b *Backend) failed(req driver.Request, err error) error {
 	if werr, ok := errors.AsType[*redisconn.WaitError](err); ok {
 		b.undo(req)
 		if _, refused := errors.AsType[*redisconn.ServerError](err); refused {
-			return fmt.Errorf("%w: WithReplicas: the server refused %w", fencelock.ErrInvalid, werr)
+			return fmt.Errorf("%w: WithReplicas: the server refused %w", driver.ErrInvalid, werr)
 		}
 	}
 	return redislayer.Classify(err)

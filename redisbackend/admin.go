@@ -3,18 +3,19 @@ package redisbackend
 import (
 	"context"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 var (
-	_ fencelock.Namer          = (*Backend)(nil)
-	_ fencelock.SemaphoreNamer = (*Backend)(nil)
-	_ fencelock.ForceReleaser  = (*Backend)(nil)
+	_ driver.Namer          = (*Backend)(nil)
+	_ driver.SemaphoreNamer = (*Backend)(nil)
+	_ driver.ForceReleaser  = (*Backend)(nil)
 )
 
-// Names implements fencelock.Namer with SCAN over every master.
+// Names implements driver.Namer with SCAN over every master.
 func (b *Backend) Names(ctx context.Context, prefix string) ([]string, error) {
 	if err := b.open(); err != nil {
 		return nil, err
@@ -22,7 +23,7 @@ func (b *Backend) Names(ctx context.Context, prefix string) ([]string, error) {
 	return redislayer.Names(ctx, b.c, b.prefix, prefix)
 }
 
-// SemaphoreNames implements fencelock.SemaphoreNamer with SCAN over every master: the
+// SemaphoreNames implements driver.SemaphoreNamer with SCAN over every master: the
 // semaphores whose permits key (<prefix>{N}:s) or line (:s:q) exists. The line counts as well:
 // when the last permit expires its keys go with it, and the first waiter takes the permit only
 // at its next attempt, a moment later.
@@ -33,9 +34,9 @@ func (b *Backend) SemaphoreNames(ctx context.Context, prefix string) ([]string, 
 	return redislayer.NamesOf(ctx, b.c, b.prefix, prefix, semSuffixes[0], semSuffixes[3])
 }
 
-// ForceRelease implements fencelock.ForceReleaser: it ends the lock whoever holds it and hands
+// ForceRelease implements driver.ForceReleaser: it ends the lock whoever holds it and hands
 // it to the first waiter in line, or wakes the waiters of ReleaseWatcher. The fence counter stays, so the next token is still greater.
-func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info, error) {
+func (b *Backend) ForceRelease(ctx context.Context, name string) (driver.Info, error) {
 	info, err := b.Inspect(ctx, name)
 	if err != nil || !info.Held {
 		return info, err
@@ -45,7 +46,7 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info
 		return info, redislayer.Classify(err)
 	}
 	if n == 0 {
-		return fencelock.Info{Name: name}, nil // released or changed hands meanwhile
+		return driver.Info{Name: name}, nil // released or changed hands meanwhile
 	}
 	return info, nil
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 func TestListAndForceRelease(t *testing.T) {
@@ -138,7 +140,7 @@ func TestListSemaphoresWaiterAlone(t *testing.T) {
 	far := fencelock.New(redisbackend.New(redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})))
 	defer far.Close()
 	// A holder that died: nothing renews its permit.
-	if _, err := b.Acquire(ctx, fencelock.Request{Name: "line", Owner: "dead", Hold: "1", TTL: time.Second, Limit: 1}); err != nil {
+	if _, err := b.Acquire(ctx, driver.Request{Name: "line", Owner: "dead", Hold: "1", TTL: time.Second, Limit: 1}); err != nil {
 		t.Fatal(err)
 	}
 	wctx, stop := context.WithCancel(ctx)
@@ -186,7 +188,7 @@ func TestCloseIsFinal(t *testing.T) {
 	defer cancel()
 	rdb := testserver.StartRedis(t).ClientT(t)
 	b := redisbackend.New(rdb)
-	req := fencelock.Request{Name: "closed", Owner: "o", TTL: time.Second}
+	req := driver.Request{Name: "closed", Owner: "o", TTL: time.Second}
 	if _, err := b.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -196,8 +198,8 @@ func TestCloseIsFinal(t *testing.T) {
 	calls := map[string]error{}
 	_, calls["Acquire"] = b.Acquire(ctx, req)
 	_, calls["AcquireQueued"] = b.AcquireQueued(ctx, req)
-	calls["Renew"] = b.Renew(ctx, []fencelock.Lease{{Name: "closed", Owner: "o", TTL: time.Second}})[0].Err
-	_, calls["Release"] = b.Release(ctx, fencelock.Lease{Name: "closed", Owner: "o", TTL: time.Second}, "")
+	calls["Renew"] = b.Renew(ctx, []driver.Lease{{Name: "closed", Owner: "o", TTL: time.Second}})[0].Err
+	_, calls["Release"] = b.Release(ctx, driver.Lease{Name: "closed", Owner: "o", TTL: time.Second}, "")
 	_, calls["Inspect"] = b.Inspect(ctx, "closed")
 	_, calls["List"] = fencelock.List(ctx, b, "")
 	_, calls["ListSemaphores"] = fencelock.ListSemaphores(ctx, b, "")

@@ -25,7 +25,7 @@
 // # Loss by push
 //
 // With a go-redis *redis.Client (single node or Sentinel) or *redis.ClusterClient, the Backend
-// is a fencelock.LossWatcher: it watches each hold the watchdog renews through CLIENT TRACKING
+// is a driver.LossWatcher: it watches each hold the watchdog renews through CLIENT TRACKING
 // (Redis 6 and later, Valkey) on a client of its own, made from the caller's options with
 // RESP2, and ends the hold within milliseconds when its key is deleted, overwritten, flushed,
 // evicted or lost to a restart, instead of at the next renewal. Per master it keeps one
@@ -48,20 +48,21 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Client is what New takes: a go-redis v9 client (*redis.Client for a single node or a Sentinel
 // failover client, *redis.ClusterClient, redis.UniversalClient, or anything with the methods
 // of redisconn.GoRedisClient), or a redisconn.Conn from an adapter such as rueidisconn or
 // valkeyconn. Go has no type for "one of these", so New checks it: anything else gives a
-// Backend whose every call fails with an error matching fencelock.ErrInvalid.
+// Backend whose every call fails with an error matching driver.ErrInvalid.
 type Client = redisconn.Client
 
-// Backend is a fencelock.Backend over one Redis deployment. It is safe for concurrent use.
+// Backend is a driver.Backend over one Redis deployment. It is safe for concurrent use.
 type Backend struct {
 	c         redisconn.Conn
 	prefix    string
@@ -83,13 +84,13 @@ type Backend struct {
 }
 
 var (
-	_ fencelock.Backend        = (*Backend)(nil)
-	_ fencelock.ReleaseWatcher = (*Backend)(nil)
-	_ fencelock.Queue          = (*Backend)(nil)
-	_ fencelock.Expirer        = (*Backend)(nil)
+	_ driver.Backend        = (*Backend)(nil)
+	_ driver.ReleaseWatcher = (*Backend)(nil)
+	_ driver.Queue          = (*Backend)(nil)
+	_ driver.Expirer        = (*Backend)(nil)
 )
 
-// ExpiresByTTL implements fencelock.Expirer: the store lets a lock go when its TTL runs out.
+// ExpiresByTTL implements driver.Expirer: the store lets a lock go when its TTL runs out.
 func (b *Backend) ExpiresByTTL() bool { return true }
 
 // Option configures a Backend.
@@ -106,7 +107,7 @@ func WithFenceRetention(d time.Duration) Option { return func(b *Backend) { b.re
 
 // WithReplicas makes every acquisition wait until n replicas acknowledged it (WAIT n timeout).
 // When fewer answer within timeout, the acquisition fails with an error matching
-// fencelock.ErrUnavailable and the lock is released again, so that a failover cannot hand out
+// driver.ErrUnavailable and the lock is released again, so that a failover cannot hand out
 // the same lock, and repeat its fencing token, from a replica that never saw it. A timeout
 // below 1ms is refused: WAIT counts in milliseconds, and WAIT n 0 waits forever.
 // Default: 0, no waiting.
@@ -141,7 +142,7 @@ func WithLossWatch(on bool) Option { return func(b *Backend) { b.loss.off = !on 
 func WithShardedPubSub(on bool) Option { return func(b *Backend) { b.sharded = &on } }
 
 // New returns a Backend over c (see Client). A c that is not a Redis client, or an unusable
-// option, gives a Backend whose every call fails with an error matching fencelock.ErrInvalid.
+// option, gives a Backend whose every call fails with an error matching driver.ErrInvalid.
 func New(c Client, opts ...Option) *Backend {
 	b := &Backend{prefix: "fencelock:", retention: 24 * time.Hour, replicaTO: 100 * time.Millisecond}
 	b.pipe.max = defaultPipelining
@@ -179,12 +180,12 @@ func (b *Backend) configure() error {
 	}
 	switch {
 	case b.retention <= 0:
-		return fmt.Errorf("%w: fence retention must be positive, got %v", fencelock.ErrInvalid, b.retention)
+		return fmt.Errorf("%w: fence retention must be positive, got %v", driver.ErrInvalid, b.retention)
 	case b.pipe.max < 0:
-		return fmt.Errorf("%w: pipelining %d: want 0 (off) or more", fencelock.ErrInvalid, b.pipe.max)
+		return fmt.Errorf("%w: pipelining %d: want 0 (off) or more", driver.ErrInvalid, b.pipe.max)
 	case b.replicas < 0 || (b.replicas > 0 && b.replicaTO < time.Millisecond):
 		// WAIT counts in milliseconds, and WAIT n 0 blocks until n replicas answer.
-		return fmt.Errorf("%w: replicas %d with timeout %v: want a timeout of 1ms or more", fencelock.ErrInvalid, b.replicas, b.replicaTO)
+		return fmt.Errorf("%w: replicas %d with timeout %v: want a timeout of 1ms or more", driver.ErrInvalid, b.replicas, b.replicaTO)
 	}
 	return nil
 }
@@ -255,7 +256,7 @@ type boxedTTL struct {
 
 // Close ends the release subscriptions still open and waits for the Backend's clean-up in the
 // background (taking waiters out of line, at most 2 s). Every call after Close fails with an
-// error matching fencelock.ErrClosed. Close is only needed when a Backend is dropped while the
+// error matching driver.ErrClosed. Close is only needed when a Backend is dropped while the
 // program goes on; it is idempotent.
 func (b *Backend) Close() error {
 	b.closed.Store(true)

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // cleanupTimeout bounds each piece of clean-up the Backend does in the background.
@@ -50,4 +50,4 @@ func (bg *background) close() {
 }
 
 // errClosed is the error of every call made after Close.
-var errClosed = fmt.Errorf("%w: redisbackend: Backend closed", fencelock.ErrClosed)
+var errClosed = fmt.Errorf("%w: redisbackend: Backend closed", driver.ErrClosed)

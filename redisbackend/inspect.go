@@ -6,23 +6,24 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Inspect implements fencelock.Backend.
-func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, error) {
+// Inspect implements driver.Backend.
+func (b *Backend) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	if err := b.usable(name); err != nil {
-		return fencelock.Info{}, err
+		return driver.Info{}, err
 	}
 	v, err := redisconn.Slice(b.c.Eval(ctx, inspectScript, []string{b.Key(name), b.fenceKey(name)}))
 	if err != nil {
-		return fencelock.Info{}, redislayer.Classify(err)
+		return driver.Info{}, redislayer.Classify(err)
 	}
-	info := fencelock.Info{Name: name}
+	info := driver.Info{Name: name}
 	if len(v) < 5 {
-		return info, fmt.Errorf("%w: unexpected inspect reply %v", fencelock.ErrUnavailable, v)
+		return info, fmt.Errorf("%w: unexpected inspect reply %v", driver.ErrUnavailable, v)
 	}
 	owner, _ := v[0].(string)
 	count, _ := v[1].(int64)

@@ -7,24 +7,25 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
-// WatchLoss implements fencelock.LossWatcher: the server pushes word of every change to the
+// WatchLoss implements driver.LossWatcher: the server pushes word of every change to the
 // lock's key (CLIENT TRACKING), and the Backend reads the key again to see whether the lock
 // is still the lease's. A dropped connection, a restart, a failover or a flush makes it read
 // every watched key again as soon as it reconnects. Without tracking (a client other than a
 // go-redis Client or ClusterClient, a server before Redis 6) it watches nothing, and the
 // renewals tell as before.
-func (b *Backend) WatchLoss(lease fencelock.Lease, lost func(error)) (stop func()) {
+func (b *Backend) WatchLoss(lease driver.Lease, lost func(error)) (stop func()) {
 	if b.err != nil || b.closed.Load() || lease.Limit > 0 {
 		return func() {} // a permit's loss is learnt from its renewals
 	}
 	return b.loss.watch(b, lease, lost)
 }
 
-var _ fencelock.LossWatcher = (*Backend)(nil)
+var _ driver.LossWatcher = (*Backend)(nil)
 
 // lossWatch is the Backend's one tracking session and the locks it watches. The session is
 // open while anything is watched: a goroutine opens it with the first watch, reads each key
@@ -49,7 +50,7 @@ type watched struct {
 	stopped          bool // no longer watched
 }
 
-func (lw *lossWatch) watch(b *Backend, l fencelock.Lease, lost func(error)) func() {
+func (lw *lossWatch) watch(b *Backend, l driver.Lease, lost func(error)) func() {
 	w := &watched{key: b.Key(l.Name), name: l.Name, owner: l.Owner, token: l.Token, lost: lost}
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
@@ -273,16 +274,16 @@ func (lw *lossWatch) check(tr redisconn.Tracking, ws []*watched) bool {
 func verdict(w *watched, reply any, err error) (gone error, ok bool) {
 	switch {
 	case redisconn.HasPrefix(err, "WRONGTYPE"):
-		return fmt.Errorf("%w: the server says the key of %q was overwritten with another type", fencelock.ErrNotHeld, w.name), true
+		return fmt.Errorf("%w: the server says the key of %q was overwritten with another type", driver.ErrNotHeld, w.name), true
 	case err != nil:
 		return nil, false
 	}
 	owner, token := holder(reply)
 	switch {
 	case owner == "":
-		return fmt.Errorf("%w: the server says the key of %q was deleted or expired", fencelock.ErrNotHeld, w.name), true
+		return fmt.Errorf("%w: the server says the key of %q was deleted or expired", driver.ErrNotHeld, w.name), true
 	case owner != w.owner || token != w.token:
-		return fmt.Errorf("%w: the server says %q is now held by another lock (token %d)", fencelock.ErrNotHeld, w.name, token), true
+		return fmt.Errorf("%w: the server says %q is now held by another lock (token %d)", driver.ErrNotHeld, w.name, token), true
 	}
 	return nil, true
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // A holder learns by push that its lock's key changed under it — deleted, overwritten, flushed,
@@ -249,7 +251,7 @@ func TestLossWatchOnAConnThatCannotTrackStartsNothing(t *testing.T) {
 	}
 	b := redisbackend.New(untracked{conn})
 	defer b.Close()
-	stop := b.WatchLoss(fencelock.Lease{Name: "untracked", Owner: "o", TTL: time.Second, Token: 1}, func(error) {})
+	stop := b.WatchLoss(driver.Lease{Name: "untracked", Owner: "o", TTL: time.Second, Token: 1}, func(error) {})
 	defer stop()
 	if b.LossWatchRunning() {
 		t.Fatal("a loss watch goroutine runs for a Conn that cannot track")

@@ -5,15 +5,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/releasewatch"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // subscribeTimeout bounds the wait for the server to acknowledge a subscription. A waiter that
 // gets no acknowledgement falls back to sleeping until the holder's TTL runs out.
 const subscribeTimeout = 2 * time.Second
 
-// WatchRelease implements fencelock.ReleaseWatcher. All of a Backend's waiters share one
+// WatchRelease implements driver.ReleaseWatcher. All of a Backend's waiters share one
 // subscription connection (one per Cluster slot with waiters under sharded pub/sub).
 func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{}, func(), error) {
 	if err := b.usable(name); err != nil {
@@ -25,7 +26,7 @@ func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{
 	stop := func() { b.watch.Remove(channel, w) }
 	if err != nil {
 		stop()
-		return nil, nil, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, channel, err)
+		return nil, nil, fmt.Errorf("%w: subscribe %s: %w", driver.ErrUnavailable, channel, err)
 	}
 	timer := time.NewTimer(subscribeTimeout)
 	defer timer.Stop()
@@ -37,11 +38,11 @@ func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{
 		return nil, nil, ctx.Err()
 	case <-timer.C:
 		stop()
-		return nil, nil, fmt.Errorf("%w: no acknowledgement of the subscription to %s", fencelock.ErrUnavailable, channel)
+		return nil, nil, fmt.Errorf("%w: no acknowledgement of the subscription to %s", driver.ErrUnavailable, channel)
 	}
 }
 
-// WatchHolder implements fencelock.HolderWatcher on the channel of WatchRelease: the scripts
+// WatchHolder implements driver.HolderWatcher on the channel of WatchRelease: the scripts
 // announce there a release, a hand-over to the next in line, a ForceRelease and a new value
 // (Publish). A lock's expiry, the acquisition of a free lock and a key removed other than by
 // the scripts (a DEL by hand, an eviction, a failover that lost it) are not announced.
@@ -49,6 +50,6 @@ func (b *Backend) WatchHolder(ctx context.Context, name string) (<-chan struct{}
 	return b.WatchRelease(ctx, name)
 }
 
-// PushesAcquisitions implements fencelock.HolderWatcher: Redis does not announce a lock's
+// PushesAcquisitions implements driver.HolderWatcher: Redis does not announce a lock's
 // expiry, nor the acquisition of a free lock.
 func (b *Backend) PushesAcquisitions() bool { return false }

@@ -15,6 +15,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // sends counts what a go-redis client sends: commands on their own and pipelines, and can
@@ -96,7 +98,7 @@ func TestPipelinedCallsShareRoundTrips(t *testing.T) {
 				}
 				last = l.Token()
 				// Another owner is refused while it is held, also when its call is batched.
-				if _, err := b.Acquire(ctx, fencelock.Request{Name: name, Owner: "intruder", TTL: time.Second}); !errors.Is(err, fencelock.ErrNotObtained) {
+				if _, err := b.Acquire(ctx, driver.Request{Name: name, Owner: "intruder", TTL: time.Second}); !errors.Is(err, fencelock.ErrNotObtained) {
 					errs <- fmt.Errorf("%s cycle %d: another owner's acquire: %v", name, i, err)
 				}
 				if err := l.Release(ctx); err != nil {
@@ -133,11 +135,11 @@ func TestQueuedCallLeavesOnCancel(t *testing.T) {
 	s := &sends{holding: make(chan struct{}, 1), hold: 500 * time.Millisecond}
 	rdb.AddHook(s)
 	b := redisbackend.New(rdb, redisbackend.WithPipelining(1))
-	req := fencelock.Request{Name: "first", Owner: "o", TTL: 10 * time.Second}
+	req := driver.Request{Name: "first", Owner: "o", TTL: 10 * time.Second}
 	if _, err := b.Acquire(ctx, req); err != nil { // loads the script
 		t.Fatal(err)
 	}
-	if _, err := b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, ""); err != nil {
+	if _, err := b.Release(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, ""); err != nil {
 		t.Fatal(err)
 	}
 
@@ -151,7 +153,7 @@ func TestQueuedCallLeavesOnCancel(t *testing.T) {
 	<-s.holding // the first call has the only slot, and is held back
 	qctx, qcancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer qcancel()
-	_, err := b.Acquire(qctx, fencelock.Request{Name: "queued", Owner: "o", TTL: 10 * time.Second})
+	_, err := b.Acquire(qctx, driver.Request{Name: "queued", Owner: "o", TTL: 10 * time.Second})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("queued call whose context ended: %v, want context.DeadlineExceeded", err)
 	}
@@ -177,7 +179,7 @@ func TestBatchedCallReturnsByItsOwnDeadline(t *testing.T) {
 	rdb.AddHook(s)
 	b := redisbackend.New(rdb, redisbackend.WithPipelining(1))
 	defer b.Close()
-	req := fencelock.Request{Name: "slot", Owner: "o", TTL: 10 * time.Second}
+	req := driver.Request{Name: "slot", Owner: "o", TTL: 10 * time.Second}
 	if _, err := b.Acquire(ctx, req); err != nil { // loads the script
 		t.Fatal(err)
 	}
@@ -185,7 +187,7 @@ func TestBatchedCallReturnsByItsOwnDeadline(t *testing.T) {
 	s.holdNext.Store(true)
 	first := make(chan error, 1)
 	go func() {
-		_, err := b.Acquire(ctx, fencelock.Request{Name: "first", Owner: "o", TTL: 10 * time.Second})
+		_, err := b.Acquire(ctx, driver.Request{Name: "first", Owner: "o", TTL: 10 * time.Second})
 		first <- err
 	}()
 	<-s.holding // the first call has the only slot, and is held back 200 ms
@@ -193,12 +195,12 @@ func TestBatchedCallReturnsByItsOwnDeadline(t *testing.T) {
 	go func() {
 		lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
 		defer lcancel()
-		_, err := b.Acquire(lctx, fencelock.Request{Name: "later", Owner: "o", TTL: 10 * time.Second})
+		_, err := b.Acquire(lctx, driver.Request{Name: "later", Owner: "o", TTL: 10 * time.Second})
 		later <- err
 	}()
 	sctx, scancel := context.WithTimeout(ctx, 600*time.Millisecond)
 	defer scancel()
-	_, err := b.Acquire(sctx, fencelock.Request{Name: "sooner", Owner: "o", TTL: 10 * time.Second})
+	_, err := b.Acquire(sctx, driver.Request{Name: "sooner", Owner: "o", TTL: 10 * time.Second})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("batched call whose context ended: %v, want context.DeadlineExceeded", err)
 	}
@@ -218,7 +220,7 @@ func TestBatchedCallReturnsByItsOwnDeadline(t *testing.T) {
 
 func TestPipeliningOption(t *testing.T) {
 	rdb := testserver.StartRedis(t).ClientT(t)
-	_, err := redisbackend.New(rdb, redisbackend.WithPipelining(-1)).Acquire(context.Background(), fencelock.Request{Name: "n", Owner: "o", TTL: time.Second})
+	_, err := redisbackend.New(rdb, redisbackend.WithPipelining(-1)).Acquire(context.Background(), driver.Request{Name: "n", Owner: "o", TTL: time.Second})
 	if !errors.Is(err, fencelock.ErrInvalid) {
 		t.Fatalf("WithPipelining(-1): %v, want ErrInvalid", err)
 	}

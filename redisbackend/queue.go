@@ -9,10 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // maxEntryLife bounds how long a waiter's place in line outlives its last renewal. A waiter
@@ -20,7 +21,7 @@ import (
 // TTL as if a holder had died; a live waiter renews its place three times per entry life.
 const maxEntryLife = 5 * time.Second
 
-// AcquireQueued implements fencelock.Queue: a waiter takes a place in a line kept in Redis
+// AcquireQueued implements driver.Queue: a waiter takes a place in a line kept in Redis
 // beside the lock, and the release of the last hold hands the lock to the first live waiter
 // inside the same script, announcing the grant on a channel of the waiter's Backend alone
 // (<prefix>{N}:g:<backend ID>). The waiter learns it holds the lock from that message: a
@@ -33,15 +34,15 @@ const maxEntryLife = 5 * time.Second
 // made when the holder's TTL runs out. One attempt (Acquire, TryObtain) ignores the line: it
 // takes a free lock, and a lock is only free with waiters in line when its holder let it
 // expire.
-func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+func (b *Backend) AcquireQueued(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if err := b.usable(req.Name); err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if req.Limit > 0 {
 		return b.waitForPermit(ctx, req)
 	}
 	if strings.Contains(req.Hold, "@") {
-		return fencelock.Grant{}, fmt.Errorf("%w: hold ID %q contains '@'", fencelock.ErrInvalid, req.Hold)
+		return driver.Grant{}, fmt.Errorf("%w: hold ID %q contains '@'", driver.ErrInvalid, req.Hold)
 	}
 	q := b.newQueueWait(req)
 	// A client that waited for this lock a moment ago is still subscribed: the waiter listens
@@ -63,13 +64,13 @@ func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fen
 	defer b.watch.Remove(q.channel, q.w)
 	if err != nil {
 		b.leave(q.keys, req) // a grant after this return would hold the lock for no one
-		return fencelock.Grant{}, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, q.channel, err)
+		return driver.Grant{}, fmt.Errorf("%w: subscribe %s: %w", driver.ErrUnavailable, q.channel, err)
 	}
 	return waited(q.wait(ctx, ready, subscribeTimeout))
 }
 
 // waited marks a grant that came after a wait in line.
-func waited(g fencelock.Grant, err error) (fencelock.Grant, error) {
+func waited(g driver.Grant, err error) (driver.Grant, error) {
 	g.Waited = err == nil
 	return g, err
 }
@@ -77,7 +78,7 @@ func waited(g fencelock.Grant, err error) (fencelock.Grant, error) {
 // queueWait is one AcquireQueued call: its place in line, and what it has seen and heard.
 type queueWait struct {
 	b       *Backend
-	req     fencelock.Request
+	req     driver.Request
 	keys    []string
 	args    []any
 	life    time.Duration // how long its place lives unless renewed
@@ -89,7 +90,7 @@ type queueWait struct {
 	channel string // where its Backend's hand-overs are announced
 }
 
-func (b *Backend) newQueueWait(req fencelock.Request) *queueWait {
+func (b *Backend) newQueueWait(req driver.Request) *queueWait {
 	q := &queueWait{b: b, req: req, life: min(req.TTL, maxEntryLife), start: time.Now(), granted: make(chan int64, 1)}
 	// A release hands the lock over for as long as the place in line lives, when the watchdog
 	// renews it: a waiter that died since it last renewed its place keeps the lock from the
@@ -125,7 +126,7 @@ func (b *Backend) newQueueWait(req fencelock.Request) *queueWait {
 
 // wait waits in line, attempting again when a release may have freed the lock, when its place
 // needs renewing, or when subscribed fires (no hand-over can pass unseen from then on).
-func (q *queueWait) wait(ctx context.Context, subscribed <-chan struct{}, next time.Duration) (fencelock.Grant, error) {
+func (q *queueWait) wait(ctx context.Context, subscribed <-chan struct{}, next time.Duration) (driver.Grant, error) {
 	timer := time.NewTimer(next)
 	defer timer.Stop()
 	for {
@@ -141,7 +142,7 @@ func (q *queueWait) wait(ctx context.Context, subscribed <-chan struct{}, next t
 		case <-timer.C:
 		case <-ctx.Done():
 			q.b.leave(q.keys, q.req)
-			return fencelock.Grant{}, ctx.Err()
+			return driver.Grant{}, ctx.Err()
 		}
 		select {
 		case t := <-q.granted:
@@ -160,14 +161,14 @@ func (q *queueWait) wait(ctx context.Context, subscribed <-chan struct{}, next t
 
 // done finishes a call whose attempt sent at sent granted g or failed with err. An attempt
 // that failed may have put the waiter in line.
-func (q *queueWait) done(ctx context.Context, g *fencelock.Grant, sent time.Time, err error) (fencelock.Grant, error) {
-	if err != nil && !errors.Is(err, fencelock.ErrInvalid) {
+func (q *queueWait) done(ctx context.Context, g *driver.Grant, sent time.Time, err error) (driver.Grant, error) {
+	if err != nil && !errors.Is(err, driver.ErrInvalid) {
 		q.b.leave(q.keys, q.req)
 	}
 	return q.b.queued(ctx, q.req, g, q.start, sent, err)
 }
 
-func (q *queueWait) attempt(ctx context.Context) (*fencelock.Grant, time.Time, error) {
+func (q *queueWait) attempt(ctx context.Context) (*driver.Grant, time.Time, error) {
 	return q.b.queueAttempt(ctx, q.req, q.keys, q.args, &q.seen)
 }
 
@@ -185,11 +186,11 @@ type attemptSeen struct {
 // the waiter in line again, so the hand-over had lapsed by then (a waiter that was paused).
 // One that ran earlier was sent before the hand-over was made, so counting from its send is
 // safe.
-func (a *attemptSeen) handover(token int64, handed time.Duration) *fencelock.Grant {
+func (a *attemptSeen) handover(token int64, handed time.Duration) *driver.Grant {
 	if token <= a.last {
 		return nil
 	}
-	return &fencelock.Grant{Token: token, Count: 1, Validity: handed}
+	return &driver.Grant{Token: token, Count: 1, Validity: handed}
 }
 
 // waitFor returns how long a waiter waits for a message before its next attempt: it renews its
@@ -205,7 +206,7 @@ func waitFor(life time.Duration, pttl int64) time.Duration {
 
 // queueAttempt runs the queue script once: a grant and when the attempt was sent, or nil with
 // what the attempt saw recorded in seen.
-func (b *Backend) queueAttempt(ctx context.Context, req fencelock.Request, keys []string, args []any, seen *attemptSeen) (*fencelock.Grant, time.Time, error) {
+func (b *Backend) queueAttempt(ctx context.Context, req driver.Request, keys []string, args []any, seen *attemptSeen) (*driver.Grant, time.Time, error) {
 	sent := time.Now()
 	reply, err := redisconn.Slice(b.pipe.run(ctx, queueScript, keys, args...))
 	if err != nil {
@@ -213,35 +214,35 @@ func (b *Backend) queueAttempt(ctx context.Context, req fencelock.Request, keys 
 	}
 	res, ok := int64s(reply)
 	if !ok || len(reply) < 3 {
-		return nil, sent, fmt.Errorf("%w: unexpected queue reply %v", fencelock.ErrUnavailable, reply)
+		return nil, sent, fmt.Errorf("%w: unexpected queue reply %v", driver.ErrUnavailable, reply)
 	}
 	if res[0] == 0 {
 		*seen = attemptSeen{sent: sent, pttl: res[1], last: res[2]}
 		return nil, sent, nil
 	}
-	return &fencelock.Grant{Token: res[1], Count: int(res[2])}, sent, nil
+	return &driver.Grant{Token: res[1], Count: int(res[2])}, sent, nil
 }
 
 // queued finishes a queued acquisition. sent is when the request was sent that the grant is
 // known to follow: the attempt that made it, or for a hand-over the latest attempt that found
 // the caller waiting. With WithReplicas, the grant is confirmed by a renewal that replicas must
 // acknowledge, which they can only do once they have the grant too.
-func (b *Backend) queued(ctx context.Context, req fencelock.Request, g *fencelock.Grant, start, sent time.Time, err error) (fencelock.Grant, error) {
+func (b *Backend) queued(ctx context.Context, req driver.Request, g *driver.Grant, start, sent time.Time, err error) (driver.Grant, error) {
 	if err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	g.Elapsed = sent.Sub(start)
 	if b.replicas > 0 {
 		reply, acked, err := b.replicated(ctx, renewScript, []string{b.Key(req.Name)}, []any{req.Owner, b.ttlArg(req.TTL), g.Token, "0"})
 		if err != nil {
-			return fencelock.Grant{}, b.failed(req, err)
+			return driver.Grant{}, b.failed(req, err)
 		}
 		if n, _ := reply.(int64); n != 1 {
-			return fencelock.Grant{}, fmt.Errorf("%w: %q was handed over but is no longer held", fencelock.ErrUnavailable, req.Name)
+			return driver.Grant{}, fmt.Errorf("%w: %q was handed over but is no longer held", driver.ErrUnavailable, req.Name)
 		}
 		if acked < b.replicas {
 			// Not handed out; the Client releases it.
-			return fencelock.Grant{}, fmt.Errorf("%w: only %d of %d replicas acknowledged the lock within %v", fencelock.ErrUnavailable, acked, b.replicas, b.replicaTO)
+			return driver.Grant{}, fmt.Errorf("%w: only %d of %d replicas acknowledged the lock within %v", driver.ErrUnavailable, acked, b.replicas, b.replicaTO)
 		}
 		// That renewal, sent after sent, gave a handed-over lock its whole TTL.
 		g.Validity = 0
@@ -254,10 +255,10 @@ func (b *Backend) queued(ctx context.Context, req fencelock.Request, g *fenceloc
 // case a release handed the lock over before the caller left: once out of line no hand-over
 // can reach it, so that order leaves no lock held for no one. A leave that fails leaves a
 // place that lapses within min(TTL, 5s), like a dead waiter's.
-func (b *Backend) leave(keys []string, req fencelock.Request) {
+func (b *Backend) leave(keys []string, req driver.Request) {
 	b.bg.later(func(ctx context.Context) {
 		if _, err := b.c.Eval(ctx, leaveScript, keys[2:], req.Owner, req.Hold); err == nil {
-			_, _ = b.release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
+			_, _ = b.release(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
 		}
 	})
 }
@@ -273,17 +274,17 @@ func (b *Backend) queueKeys(name string) []string {
 
 // undo releases, in the background, a hold the script may have taken but the Backend does not
 // hand out.
-func (b *Backend) undo(req fencelock.Request) {
+func (b *Backend) undo(req driver.Request) {
 	b.bg.later(func(ctx context.Context) {
-		_, _ = b.release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}, req.Hold)
+		_, _ = b.release(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}, req.Hold)
 	})
 }
 
-var _ fencelock.LineLister = (*Backend)(nil)
+var _ driver.LineLister = (*Backend)(nil)
 
-// Line implements fencelock.LineLister: one script reads the line and the waiters' entries,
+// Line implements driver.LineLister: one script reads the line and the waiters' entries,
 // and leaves out those whose place lapsed.
-func (b *Backend) Line(ctx context.Context, name string) ([]fencelock.Info, error) {
+func (b *Backend) Line(ctx context.Context, name string) ([]driver.Info, error) {
 	if err := b.usable(name); err != nil {
 		return nil, err
 	}
@@ -292,7 +293,7 @@ func (b *Backend) Line(ctx context.Context, name string) ([]fencelock.Info, erro
 	if err != nil {
 		return nil, redislayer.Classify(err)
 	}
-	var out []fencelock.Info
+	var out []driver.Info
 	seen := make(map[string]bool)
 	for i := 0; i+1 < len(reply); i += 2 {
 		member, _ := reply[i].(string)
@@ -302,7 +303,7 @@ func (b *Backend) Line(ctx context.Context, name string) ([]fencelock.Info, erro
 			continue
 		}
 		seen[owner] = true
-		out = append(out, fencelock.Info{Name: name, Owner: owner, Meta: meta})
+		out = append(out, driver.Info{Name: name, Owner: owner, Meta: meta})
 	}
 	return out, nil
 }

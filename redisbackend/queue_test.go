@@ -15,6 +15,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // queueLen is how many waiters stand in line for name.
@@ -515,7 +517,7 @@ func TestReleaseOfALockTakenPastTheLineHandsOver(t *testing.T) {
 	rdb := server.ClientT(t)
 	b := redisbackend.New(rdb)
 	const name = "past-the-line"
-	if _, err := b.Acquire(ctx, fencelock.Request{Name: name, Owner: "gone", Hold: "h", TTL: 10 * time.Second}); err != nil {
+	if _, err := b.Acquire(ctx, driver.Request{Name: name, Owner: "gone", Hold: "h", TTL: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	wdb := server.ClientT(t)

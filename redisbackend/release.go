@@ -4,13 +4,14 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Release implements fencelock.Backend.
-func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+// Release implements driver.Backend.
+func (b *Backend) Release(ctx context.Context, lease driver.Lease, hold string) (int, error) {
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
 	}
@@ -18,7 +19,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 }
 
 // release is Release for a usable name, also while the Backend closes.
-func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+func (b *Backend) release(ctx context.Context, lease driver.Lease, hold string) (int, error) {
 	if lease.Limit > 0 {
 		return b.releasePermit(ctx, lease, hold)
 	}
@@ -27,29 +28,29 @@ func (b *Backend) release(ctx context.Context, lease fencelock.Lease, hold strin
 	case err != nil:
 		return 0, redislayer.Classify(err)
 	case n < 0:
-		return 0, fmt.Errorf("%w: %q is not held by this owner in Redis", fencelock.ErrNotHeld, lease.Name)
+		return 0, fmt.Errorf("%w: %q is not held by this owner in Redis", driver.ErrNotHeld, lease.Name)
 	}
 	return int(n), nil
 }
 
-var _ fencelock.Publisher = (*Backend)(nil)
+var _ driver.Publisher = (*Backend)(nil)
 
-// Publish implements fencelock.Publisher: one script replaces the lock's metadata, when the
+// Publish implements driver.Publisher: one script replaces the lock's metadata, when the
 // owner holds it under the lease's token, and announces the change on the lock's release
 // channel (see WatchHolder). A permit's metadata cannot be changed.
-func (b *Backend) Publish(ctx context.Context, lease fencelock.Lease, meta string) error {
+func (b *Backend) Publish(ctx context.Context, lease driver.Lease, meta string) error {
 	if err := b.usable(lease.Name); err != nil {
 		return err
 	}
 	if lease.Limit > 0 {
-		return fmt.Errorf("%w: the metadata of a semaphore's permit cannot be changed", fencelock.ErrInvalid)
+		return fmt.Errorf("%w: the metadata of a semaphore's permit cannot be changed", driver.ErrInvalid)
 	}
 	n, err := redisconn.Int64(b.pipe.run(ctx, publishScript, []string{b.Key(lease.Name)}, lease.Owner, lease.Token, meta, b.announce.Publish, b.announce.Count))
 	switch {
 	case err != nil:
 		return redislayer.Classify(err)
 	case n < 0:
-		return fmt.Errorf("%w: %q is not held by this owner under token %d in Redis", fencelock.ErrNotHeld, lease.Name, lease.Token)
+		return fmt.Errorf("%w: %q is not held by this owner under token %d in Redis", driver.ErrNotHeld, lease.Name, lease.Token)
 	}
 	return nil
 }

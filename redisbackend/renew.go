@@ -4,15 +4,16 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Renew implements fencelock.Backend. The leases go out as one batch, which a Cluster client
+// Renew implements driver.Backend. The leases go out as one batch, which a Cluster client
 // splits into one round trip per node.
-func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
-	errs := make([]fencelock.Renewal, len(leases))
+func (b *Backend) Renew(ctx context.Context, leases []driver.Lease) []driver.Renewal {
+	errs := make([]driver.Renewal, len(leases))
 	calls := make([]redisconn.Call, 0, len(leases))
 	idx := make([]int, 0, len(leases))
 	for i, l := range leases {
@@ -35,22 +36,22 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 }
 
 // setTTL is renew.lua's ARGV[4] for l: the caller's holds when it sets the TTL, 0 to extend.
-func setTTL(l fencelock.Lease) int {
+func setTTL(l driver.Lease) int {
 	if l.Refresh {
 		return max(l.Holds, 1)
 	}
 	return 0
 }
 
-func renewResult(l fencelock.Lease, reply any, err error) error {
+func renewResult(l driver.Lease, reply any, err error) error {
 	n, err := redisconn.Int64(reply, err)
 	switch {
 	case err != nil:
 		return redislayer.Classify(err)
 	case n == 0 && l.Limit > 0:
-		return fmt.Errorf("%w: no permit of semaphore %q is held by this owner in Redis", fencelock.ErrNotHeld, l.Name)
+		return fmt.Errorf("%w: no permit of semaphore %q is held by this owner in Redis", driver.ErrNotHeld, l.Name)
 	case n == 0:
-		return fmt.Errorf("%w: %q is no longer held by this owner in Redis", fencelock.ErrNotHeld, l.Name)
+		return fmt.Errorf("%w: %q is no longer held by this owner in Redis", driver.ErrNotHeld, l.Name)
 	}
 	return nil
 }

@@ -9,10 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // A semaphore lives in keys of its own beside the lock of the same name, in the same hash slot
@@ -37,18 +38,18 @@ func (b *Backend) semKeys(name string) []string {
 	return keys
 }
 
-// InspectSemaphore implements fencelock.Semaphores.
-func (b *Backend) InspectSemaphore(ctx context.Context, name string) (fencelock.SemaphoreInfo, error) {
+// InspectSemaphore implements driver.Semaphores.
+func (b *Backend) InspectSemaphore(ctx context.Context, name string) (driver.SemaphoreInfo, error) {
 	if err := b.usable(name); err != nil {
-		return fencelock.SemaphoreInfo{}, err
+		return driver.SemaphoreInfo{}, err
 	}
 	v, err := redisconn.Slice(b.c.Eval(ctx, semInspectScript, b.semKeys(name)))
 	if err != nil {
-		return fencelock.SemaphoreInfo{}, redislayer.Classify(err)
+		return driver.SemaphoreInfo{}, redislayer.Classify(err)
 	}
-	info := fencelock.SemaphoreInfo{Name: name}
+	info := driver.SemaphoreInfo{Name: name}
 	if len(v) < 3 || (len(v)-3)%3 != 0 {
-		return info, fmt.Errorf("%w: unexpected semaphore inspect reply %v", fencelock.ErrUnavailable, v)
+		return info, fmt.Errorf("%w: unexpected semaphore inspect reply %v", driver.ErrUnavailable, v)
 	}
 	limit, _ := v[0].(int64)
 	last, _ := v[1].(string)
@@ -61,9 +62,9 @@ func (b *Backend) InspectSemaphore(ctx context.Context, name string) (fencelock.
 		left, _ := v[i+2].(int64)
 		p, err := parsePermit(rec)
 		if err != nil {
-			return info, fmt.Errorf("%w: semaphore %q: permit of %q: %w", fencelock.ErrInvalid, name, owner, err)
+			return info, fmt.Errorf("%w: semaphore %q: permit of %q: %w", driver.ErrInvalid, name, owner, err)
 		}
-		info.Permits = append(info.Permits, fencelock.Info{Name: name, Held: true, Owner: owner, Count: p.Count,
+		info.Permits = append(info.Permits, driver.Info{Name: name, Held: true, Owner: owner, Count: p.Count,
 			Token: p.Token, Remaining: time.Duration(left) * time.Millisecond, Meta: p.Meta, Weight: p.Weight})
 		info.InUse += p.Weight
 	}
@@ -97,10 +98,10 @@ func parsePermit(rec string) (permitRecord, error) {
 
 // permitAttempt runs the acquire script once, taking a place in line that lives life when
 // life is positive (and to which a release hands permits over for handed): a grant and when
-// the attempt was sent, or a *fencelock.HeldError, with what the attempt saw in seen.
-func (b *Backend) permitAttempt(ctx context.Context, req fencelock.Request, life, handed time.Duration, seen *attemptSeen) (fencelock.Grant, time.Time, error) {
+// the attempt was sent, or a *driver.HeldError, with what the attempt saw in seen.
+func (b *Backend) permitAttempt(ctx context.Context, req driver.Request, life, handed time.Duration, seen *attemptSeen) (driver.Grant, time.Time, error) {
 	if err := checkPermit(req); err != nil {
-		return fencelock.Grant{}, time.Now(), err
+		return driver.Grant{}, time.Now(), err
 	}
 	keys := b.semKeys(req.Name)
 	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, req.Limit, life.Milliseconds(), max(req.Weight, 1), b.id, handed.Milliseconds()}
@@ -117,27 +118,27 @@ func (b *Backend) permitAttempt(ctx context.Context, req fencelock.Request, life
 		reply, err = redisconn.Slice(b.pipe.run(ctx, semAcquireScript, keys, args...))
 	}
 	if err != nil {
-		return fencelock.Grant{}, sent, b.failed(req, err)
+		return driver.Grant{}, sent, b.failed(req, err)
 	}
 	res, ok := int64s(reply)
 	if !ok || len(reply) < 2 || (res[0] == 1 && len(reply) < 3) {
-		return fencelock.Grant{}, sent, fmt.Errorf("%w: unexpected semaphore acquire reply %v", fencelock.ErrUnavailable, reply)
+		return driver.Grant{}, sent, fmt.Errorf("%w: unexpected semaphore acquire reply %v", driver.ErrUnavailable, reply)
 	}
 	switch res[0] {
 	case -2:
-		return fencelock.Grant{}, sent, fmt.Errorf("%w: %q: this owner holds %d permits and asks for %d", fencelock.ErrUpgrade, req.Name, res[1], max(req.Weight, 1))
+		return driver.Grant{}, sent, fmt.Errorf("%w: %q: this owner holds %d permits and asks for %d", driver.ErrUpgrade, req.Name, res[1], max(req.Weight, 1))
 	case -1:
-		return fencelock.Grant{}, sent, &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: int(res[1])}
+		return driver.Grant{}, sent, &driver.LimitError{Name: req.Name, Limit: req.Limit, Stored: int(res[1])}
 	case 0:
 		if seen != nil && len(res) > 2 {
 			*seen = attemptSeen{sent: sent, pttl: res[1], last: res[2]}
 		}
-		return fencelock.Grant{}, sent, &fencelock.HeldError{Name: req.Name, Limit: req.Limit, Remaining: time.Duration(max(res[1], 0)) * time.Millisecond}
+		return driver.Grant{}, sent, &driver.HeldError{Name: req.Name, Limit: req.Limit, Remaining: time.Duration(max(res[1], 0)) * time.Millisecond}
 	}
 	if acked >= 0 && acked < b.replicas {
-		return fencelock.Grant{}, sent, fmt.Errorf("%w: only %d of %d replicas acknowledged the permit within %v", fencelock.ErrUnavailable, acked, b.replicas, b.replicaTO)
+		return driver.Grant{}, sent, fmt.Errorf("%w: only %d of %d replicas acknowledged the permit within %v", driver.ErrUnavailable, acked, b.replicas, b.replicaTO)
 	}
-	return fencelock.Grant{Token: res[1], Count: int(res[2])}, sent, nil
+	return driver.Grant{Token: res[1], Count: int(res[2])}, sent, nil
 }
 
 // waitForPermit is AcquireQueued for a permit. The caller takes a place in the semaphore's
@@ -147,7 +148,7 @@ func (b *Backend) permitAttempt(ctx context.Context, req fencelock.Request, life
 // costs no round trip after the release, and wakes no other waiter. A permit that expires
 // goes to the first waiter at its next attempt, made when the first permit's TTL runs out;
 // attempts also renew the place, a third of its life apart.
-func (b *Backend) waitForPermit(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+func (b *Backend) waitForPermit(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	start := time.Now()
 	life := min(req.TTL, maxEntryLife)
 	handed := req.TTL
@@ -185,7 +186,7 @@ func (b *Backend) waitForPermit(ctx context.Context, req fencelock.Request) (fen
 		defer b.watch.Remove(channel, w)
 	}
 	g, sent, err := b.permitAttempt(ctx, req, life, handed, &seen)
-	held, full := errors.AsType[*fencelock.HeldError](err)
+	held, full := errors.AsType[*driver.HeldError](err)
 	if !full {
 		return b.permitWaited(ctx, req, g, start, sent, err)
 	}
@@ -195,7 +196,7 @@ func (b *Backend) waitForPermit(ctx context.Context, req fencelock.Request) (fen
 	if !joined {
 		if ready, err = b.watch.Add(ctx, channel, w); err != nil {
 			b.leavePermitLine(req)
-			return fencelock.Grant{}, fmt.Errorf("%w: subscribe %s: %w", fencelock.ErrUnavailable, channel, err)
+			return driver.Grant{}, fmt.Errorf("%w: subscribe %s: %w", driver.ErrUnavailable, channel, err)
 		}
 		defer b.watch.Remove(channel, w)
 		next = min(subscribeTimeout, next)
@@ -215,10 +216,10 @@ func (b *Backend) waitForPermit(ctx context.Context, req fencelock.Request) (fen
 		case <-timer.C:
 		case <-ctx.Done():
 			b.leavePermitLine(req)
-			return fencelock.Grant{}, ctx.Err()
+			return driver.Grant{}, ctx.Err()
 		}
 		g, sent, err = b.permitAttempt(ctx, req, life, handed, &seen)
-		if held, full = errors.AsType[*fencelock.HeldError](err); !full {
+		if held, full = errors.AsType[*driver.HeldError](err); !full {
 			return waited(b.permitWaited(ctx, req, g, start, sent, err))
 		}
 		timer.Reset(waitFor(life, pttlOf(held)))
@@ -228,11 +229,11 @@ func (b *Backend) waitForPermit(ctx context.Context, req fencelock.Request) (fen
 // handedPermit finishes a wait that a release ended with a hand-over, counted from sent, the
 // latest attempt that found the caller in line. With WithReplicas, an attempt confirms it:
 // the owner holds the permit, so the script extends it, and the replicas must acknowledge that.
-func (b *Backend) handedPermit(ctx context.Context, req fencelock.Request, g fencelock.Grant, start, sent time.Time) (fencelock.Grant, error) {
+func (b *Backend) handedPermit(ctx context.Context, req driver.Request, g driver.Grant, start, sent time.Time) (driver.Grant, error) {
 	if b.replicas > 0 {
 		confirmed, sent, err := b.permitAttempt(ctx, req, 0, 0, nil)
-		if _, full := errors.AsType[*fencelock.HeldError](err); full {
-			err = fmt.Errorf("%w: a permit of %q was handed over but is no longer held", fencelock.ErrUnavailable, req.Name)
+		if _, full := errors.AsType[*driver.HeldError](err); full {
+			err = fmt.Errorf("%w: a permit of %q was handed over but is no longer held", driver.ErrUnavailable, req.Name)
 		}
 		return b.permitWaited(ctx, req, confirmed, start, sent, err)
 	}
@@ -251,19 +252,19 @@ func semHold(id string) string {
 const maxLimit = 1 << 53
 
 // checkPermit says why req cannot ask for a permit at all.
-func checkPermit(req fencelock.Request) error {
+func checkPermit(req driver.Request) error {
 	switch {
 	case req.Limit > maxLimit:
-		return fmt.Errorf("%w: semaphore %q: limit %d: the Redis backend counts permits exactly up to 2^53", fencelock.ErrInvalid, req.Name, req.Limit)
+		return fmt.Errorf("%w: semaphore %q: limit %d: the Redis backend counts permits exactly up to 2^53", driver.ErrInvalid, req.Name, req.Limit)
 	case strings.ContainsRune(req.Hold, ' '):
-		return fmt.Errorf("%w: hold ID %q contains a space", fencelock.ErrInvalid, req.Hold)
+		return fmt.Errorf("%w: hold ID %q contains a space", driver.ErrInvalid, req.Hold)
 	}
 	return nil
 }
 
 // pttlOf is what waitFor wants of a full semaphore: the first permit's time left in ms, or -1
 // when a free permit is promised to a waiter ahead.
-func pttlOf(held *fencelock.HeldError) int64 {
+func pttlOf(held *driver.HeldError) int64 {
 	if held.Remaining <= 0 {
 		return -1
 	}
@@ -272,12 +273,12 @@ func pttlOf(held *fencelock.HeldError) int64 {
 
 // permitWaited finishes a wait whose last attempt, sent at sent, granted g or failed with err;
 // a failed attempt may have left the caller in line, or holding a permit handed over.
-func (b *Backend) permitWaited(ctx context.Context, req fencelock.Request, g fencelock.Grant, start, sent time.Time, err error) (fencelock.Grant, error) {
+func (b *Backend) permitWaited(ctx context.Context, req driver.Request, g driver.Grant, start, sent time.Time, err error) (driver.Grant, error) {
 	if err != nil {
-		if !errors.Is(err, fencelock.ErrInvalid) {
+		if !errors.Is(err, driver.ErrInvalid) {
 			b.leavePermitLine(req)
 		}
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	g.Elapsed = sent.Sub(start)
 	return g, nil
@@ -287,24 +288,24 @@ func (b *Backend) permitWaited(ctx context.Context, req fencelock.Request, g fen
 // context may be what ended the wait. Then it releases the caller's hold, in case a release
 // handed it a permit before it left, as leave does for a lock. A leave that fails leaves a
 // place that lapses within min(TTL, 5s), like a dead waiter's.
-func (b *Backend) leavePermitLine(req fencelock.Request) {
+func (b *Backend) leavePermitLine(req driver.Request) {
 	b.bg.later(func(ctx context.Context) {
 		if _, err := b.c.Eval(ctx, semLeaveScript, b.semKeys(req.Name), req.Owner, b.announce.Publish, b.retentionArg); err == nil {
-			_, _ = b.releasePermit(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}, req.Hold)
+			_, _ = b.releasePermit(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}, req.Hold)
 		}
 	})
 }
 
 // releasePermit is release for a permit.
-func (b *Backend) releasePermit(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+func (b *Backend) releasePermit(ctx context.Context, lease driver.Lease, hold string) (int, error) {
 	n, err := redisconn.Int64(b.pipe.run(ctx, semReleaseScript, b.semKeys(lease.Name), lease.Owner, hold, b.announce.Publish, b.announce.Count, b.retentionArg, lease.Token))
 	switch {
 	case err != nil:
 		return 0, redislayer.Classify(err)
 	case n < 0:
-		return 0, fmt.Errorf("%w: no permit of semaphore %q is held by this owner in Redis", fencelock.ErrNotHeld, lease.Name)
+		return 0, fmt.Errorf("%w: no permit of semaphore %q is held by this owner in Redis", driver.ErrNotHeld, lease.Name)
 	}
 	return int(n), nil
 }
 
-var _ fencelock.Semaphores = (*Backend)(nil)
+var _ driver.Semaphores = (*Backend)(nil)

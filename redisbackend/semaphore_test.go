@@ -14,6 +14,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // The expiries of a semaphore evicted while its permits' records stay (a data loss, as an
@@ -26,8 +28,8 @@ func TestSemaphoreExpiriesLostCountsComebacksOnce(t *testing.T) {
 	rdb := testserver.StartRedis(t).ClientT(t)
 	b := redisbackend.New(rdb)
 	t.Cleanup(func() { _ = b.Close() })
-	req := func(owner, hold string) fencelock.Request {
-		return fencelock.Request{Name: "sem-evicted", Owner: owner, Hold: hold, TTL: 10 * time.Second, Limit: 2}
+	req := func(owner, hold string) driver.Request {
+		return driver.Request{Name: "sem-evicted", Owner: owner, Hold: hold, TTL: 10 * time.Second, Limit: 2}
 	}
 	for _, o := range []string{"a", "b"} {
 		if _, err := b.Acquire(ctx, req(o, "1")); err != nil {
@@ -80,8 +82,8 @@ func TestHandOverAfterExpiriesLostCountsFromZero(t *testing.T) {
 // second waiter left no room for a second permit.
 func handedOverFromZero(ctx context.Context, t *testing.T, rdb *redis.Client, b *redisbackend.Backend, name string) bool {
 	t.Helper()
-	req := func(owner string) fencelock.Request {
-		return fencelock.Request{Name: name, Owner: owner, Hold: "1", TTL: 10 * time.Second, Limit: 2}
+	req := func(owner string) driver.Request {
+		return driver.Request{Name: name, Owner: owner, Hold: "1", TTL: 10 * time.Second, Limit: 2}
 	}
 	for _, o := range []string{"a", "b"} {
 		if _, err := b.Acquire(ctx, req(o)); err != nil {

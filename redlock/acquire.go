@@ -8,8 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // fenceRounds bounds the token write-back: a round that finds a counter at or beyond the
@@ -31,7 +32,7 @@ func parseAcquire(v []any) (acquireReply, error) {
 	for i, x := range v {
 		var ok bool
 		if n[i], ok = x.(int64); !ok {
-			return acquireReply{}, fmt.Errorf("%w: unexpected acquire reply %v", fencelock.ErrUnavailable, v)
+			return acquireReply{}, fmt.Errorf("%w: unexpected acquire reply %v", driver.ErrUnavailable, v)
 		}
 	}
 	switch {
@@ -40,10 +41,10 @@ func parseAcquire(v []any) (acquireReply, error) {
 	case len(n) == 4 && n[0] == 0:
 		return acquireReply{pttl: time.Duration(n[1]) * time.Millisecond, counter: n[2], now: n[3]}, nil
 	}
-	return acquireReply{}, fmt.Errorf("%w: unexpected acquire reply %v", fencelock.ErrUnavailable, v)
+	return acquireReply{}, fmt.Errorf("%w: unexpected acquire reply %v", driver.ErrUnavailable, v)
 }
 
-// Acquire implements fencelock.Backend. It asks every node at once, each bounded by the node
+// Acquire implements driver.Backend. It asks every node at once, each bounded by the node
 // timeout, and holds the lock when a majority granted it in time: before the TTL less the
 // drift allowance had passed since the requests were sent. Its Grant.Validity is the TTL,
 // counted from that send, which Grant.Elapsed places after the call began (the first call
@@ -53,29 +54,29 @@ func parseAcquire(v []any) (acquireReply, error) {
 // again on every node that may have granted it, including those that did not answer, on a
 // fresh context bounded by the node timeout.
 //
-// The error is a *fencelock.HeldError when other owners hold enough nodes to deny a majority,
+// The error is a *driver.HeldError when other owners hold enough nodes to deny a majority,
 // a *QuorumError when too many nodes failed, an error matching ErrValidityExpired when the
 // time ran out, and one matching ctx.Err() when ctx ended.
-func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	called := time.Now()
 	if err := b.usable(req.Name); err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if err := b.checkTTL(req.TTL); err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if err := b.begin(); err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	defer b.ops.Done()
 	done, err := b.turns.take(ctx, req.Name, req.Owner)
 	if err != nil {
-		return fencelock.Grant{}, ctxErr("acquire", req.Name, err)
+		return driver.Grant{}, ctxErr("acquire", req.Name, err)
 	}
 	defer done()
 	timeout := b.timeout(req.TTL)
 	if err := b.identify(ctx, timeout); err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	proposal := b.propose()
 	start := time.Now()
@@ -87,17 +88,17 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 	switch {
 	case ctx.Err() != nil:
 		b.undo(ctx, req, r.mayHold(), timeout)
-		return fencelock.Grant{}, ctxErr("acquire", req.Name, ctx.Err())
+		return driver.Grant{}, ctxErr("acquire", req.Name, ctx.Err())
 	case r.granted < q && len(r.failed) > n-q:
 		b.undo(ctx, req, r.mayHold(), timeout)
-		return fencelock.Grant{}, &QuorumError{Op: "acquire", Name: req.Name, Granted: r.granted, Needed: q, Nodes: r.failed}
+		return driver.Grant{}, &QuorumError{Op: "acquire", Name: req.Name, Granted: r.granted, Needed: q, Nodes: r.failed}
 	case r.granted < q:
 		b.undo(ctx, req, r.mayHold(), timeout)
-		return fencelock.Grant{}, &fencelock.HeldError{Name: req.Name, Remaining: b.heldRemaining(r)}
+		return driver.Grant{}, &driver.HeldError{Name: req.Name, Remaining: b.heldRemaining(r)}
 	}
 	if elapsed := time.Since(start); late(elapsed, req.TTL) {
 		b.undo(ctx, req, r.mayHold(), timeout)
-		return fencelock.Grant{}, fmt.Errorf("%w: %q: a majority granted it after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
+		return driver.Grant{}, fmt.Errorf("%w: %q: a majority granted it after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
 	}
 
 	a := r.agree(q, proposal)
@@ -107,16 +108,16 @@ func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock
 		var err error
 		if token, count, err = b.fence(ctx, req, r, r.ownerLockGone(q), timeout); err != nil {
 			b.undo(ctx, req, b.all, timeout)
-			return fencelock.Grant{}, err
+			return driver.Grant{}, err
 		}
 	case len(a.others) > 0:
 		b.writeBack(ctx, req, a, timeout)
 	}
 	if elapsed := time.Since(start); late(elapsed, req.TTL) {
 		b.undo(ctx, req, b.all, timeout)
-		return fencelock.Grant{}, fmt.Errorf("%w: %q: the token was written after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
+		return driver.Grant{}, fmt.Errorf("%w: %q: the token was written after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
 	}
-	return fencelock.Grant{Token: token, Count: count, Validity: req.TTL, Elapsed: start.Sub(called)}, nil
+	return driver.Grant{Token: token, Count: count, Validity: req.TTL, Elapsed: start.Sub(called)}, nil
 }
 
 // acquireRound is what the nodes answered to one acquisition's requests.
@@ -133,7 +134,7 @@ type acquireRound struct {
 // acquire call before it on its node (prev) and for the lock's undo in the air there (undo,
 // see flights), and lands in fl when it returns. It returns as soon as the outcome is decided
 // (see settled), with the nodes that had not answered then.
-func (b *Backend) acquireRound(ctx context.Context, req fencelock.Request, proposal int64, fl, prev, undo *flight, timeout time.Duration) (*acquireRound, []int) {
+func (b *Backend) acquireRound(ctx context.Context, req driver.Request, proposal int64, fl, prev, undo *flight, timeout time.Duration) (*acquireRound, []int) {
 	n, q := len(b.nodes), b.quorum
 	r := &acquireRound{replies: make([]acquireReply, n), answered: make([]bool, n), counts: make([]bool, n)}
 	keys := b.keys(req.Name)
@@ -317,7 +318,7 @@ func (b *Backend) heldRemaining(r *acquireRound) time.Duration {
 // exists there when the write records the token in it. anew: the owner's lock from before was
 // not on a majority, and its holds go (see fence.lua); otherwise they stay, since they may be
 // live holds of the same owner in another process.
-func (b *Backend) fence(ctx context.Context, req fencelock.Request, r *acquireRound, anew bool, timeout time.Duration) (int64, int, error) {
+func (b *Backend) fence(ctx context.Context, req driver.Request, r *acquireRound, anew bool, timeout time.Duration) (int64, int, error) {
 	var token int64
 	for i, rep := range r.replies {
 		if r.answered[i] {
@@ -375,7 +376,7 @@ func (b *Backend) fence(ctx context.Context, req fencelock.Request, r *acquireRo
 		break
 	}
 	if last == nil {
-		return 0, 0, fmt.Errorf("%w: redlock: token %q: fence counters kept moving ahead of the candidate for %d rounds", fencelock.ErrUnavailable, req.Name, fenceRounds)
+		return 0, 0, fmt.Errorf("%w: redlock: token %q: fence counters kept moving ahead of the candidate for %d rounds", driver.ErrUnavailable, req.Name, fenceRounds)
 	}
 	return 0, 0, last
 }
@@ -389,7 +390,7 @@ type tokenWrite struct {
 
 // writeToken runs fence.lua on one node. anew drops the holds of the owner's lock there other
 // than req's (see fence.lua).
-func writeToken(ctx context.Context, nd *node, keys []string, req fencelock.Request, token string, retention int64, anew bool) (tokenWrite, error) {
+func writeToken(ctx context.Context, nd *node, keys []string, req driver.Request, token string, retention int64, anew bool) (tokenWrite, error) {
 	drop := "0"
 	if anew {
 		drop = "1"
@@ -399,7 +400,7 @@ func writeToken(ctx context.Context, nd *node, keys []string, req fencelock.Requ
 		return tokenWrite{}, err
 	}
 	if len(v) != 2 {
-		return tokenWrite{}, fmt.Errorf("%w: unexpected token reply %v", fencelock.ErrUnavailable, v)
+		return tokenWrite{}, fmt.Errorf("%w: unexpected token reply %v", driver.ErrUnavailable, v)
 	}
 	if v[0] == 1 {
 		return tokenWrite{written: true, count: int(v[1])}, nil
@@ -413,7 +414,7 @@ func writeToken(ctx context.Context, nd *node, keys []string, req fencelock.Requ
 // acquisition's proposal takes it as a new lock, with this hold alone: a majority granted it as
 // a first hold, so holds there from before belong to a lock that was not on a majority. It is
 // best effort: the token stands on the majority.
-func (b *Backend) writeBack(ctx context.Context, req fencelock.Request, a agreement, timeout time.Duration) {
+func (b *Backend) writeBack(ctx context.Context, req driver.Request, a agreement, timeout time.Duration) {
 	ctx, cancel := cleanupContext(ctx, timeout)
 	defer cancel()
 	keys := b.keys(req.Name)
@@ -436,7 +437,7 @@ func (b *Backend) writeBack(ctx context.Context, req fencelock.Request, a agreem
 // owner, waits for it there (see flights), so the undo can never take a hold that acquisition
 // made, nor leave that acquisition to meet this one's hold. Each call is bounded by the node
 // timeout and nodeLinger; Close waits for them.
-func (b *Backend) undo(ctx context.Context, req fencelock.Request, idx []int, timeout time.Duration) {
+func (b *Backend) undo(ctx context.Context, req driver.Request, idx []int, timeout time.Duration) {
 	if len(idx) == 0 {
 		return
 	}

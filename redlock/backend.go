@@ -8,13 +8,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Backend is a fencelock.Backend over N independent Redis nodes. It is safe for concurrent
+// Backend is a driver.Backend over N independent Redis nodes. It is safe for concurrent
 // use. Close ends its release subscriptions and waits for the node calls still in flight.
 type Backend struct {
 	nodes  []*node
@@ -43,14 +44,14 @@ type Backend struct {
 }
 
 var (
-	_ fencelock.Backend        = (*Backend)(nil)
-	_ fencelock.ReleaseWatcher = (*Backend)(nil)
-	_ fencelock.Namer          = (*Backend)(nil)
-	_ fencelock.ForceReleaser  = (*Backend)(nil)
-	_ fencelock.Expirer        = (*Backend)(nil)
+	_ driver.Backend        = (*Backend)(nil)
+	_ driver.ReleaseWatcher = (*Backend)(nil)
+	_ driver.Namer          = (*Backend)(nil)
+	_ driver.ForceReleaser  = (*Backend)(nil)
+	_ driver.Expirer        = (*Backend)(nil)
 )
 
-// ExpiresByTTL implements fencelock.Expirer: the store lets a lock go when its TTL runs out.
+// ExpiresByTTL implements driver.Expirer: the store lets a lock go when its TTL runs out.
 func (b *Backend) ExpiresByTTL() bool { return true }
 
 // node is one independent Redis deployment of the N.
@@ -89,7 +90,7 @@ func WithShardedPubSub(on bool) Option { return func(b *Backend) { b.sharded = &
 // New returns a Redlock backend over clients, one per independent Redis node (each may be a
 // single server, a Sentinel-managed master or a Cluster). N = len(clients) must be odd and at
 // least 3; the lock needs N/2+1 of them. An unusable configuration gives a Backend whose every
-// call fails with an error matching fencelock.ErrInvalid.
+// call fails with an error matching driver.ErrInvalid.
 //
 // Two clients to the same server would make one server count twice. New refuses the same
 // client twice; two different clients to one server can only be told apart by asking the
@@ -109,13 +110,13 @@ func (b *Backend) configure(clients []redisconn.Client) error {
 	n := len(clients)
 	switch {
 	case n < 3:
-		return fmt.Errorf("%w: redlock needs at least 3 nodes, got %d: with 1 or 2 a majority is every node, so one failure stops the lock and no failure is tolerated", fencelock.ErrInvalid, n)
+		return fmt.Errorf("%w: redlock needs at least 3 nodes, got %d: with 1 or 2 a majority is every node, so one failure stops the lock and no failure is tolerated", driver.ErrInvalid, n)
 	case n%2 == 0:
-		return fmt.Errorf("%w: redlock needs an odd number of nodes, got %d: %d nodes tolerate no more failures than %d (a majority of %d is %d) and only add load", fencelock.ErrInvalid, n, n, n-1, n, n/2+1)
+		return fmt.Errorf("%w: redlock needs an odd number of nodes, got %d: %d nodes tolerate no more failures than %d (a majority of %d is %d) and only add load", driver.ErrInvalid, n, n, n-1, n, n/2+1)
 	case b.retention <= 0:
-		return fmt.Errorf("%w: fence retention must be positive, got %v", fencelock.ErrInvalid, b.retention)
+		return fmt.Errorf("%w: fence retention must be positive, got %v", driver.ErrInvalid, b.retention)
 	case b.nodeTimeout < 0:
-		return fmt.Errorf("%w: node timeout must be positive, got %v", fencelock.ErrInvalid, b.nodeTimeout)
+		return fmt.Errorf("%w: node timeout must be positive, got %v", driver.ErrInvalid, b.nodeTimeout)
 	}
 	if err := redislayer.CheckPrefix(b.prefix); err != nil {
 		return err
@@ -123,7 +124,7 @@ func (b *Backend) configure(clients []redisconn.Client) error {
 	conns := make([]redisconn.Conn, n)
 	for i, c := range clients {
 		if c == nil || isNilPointer(c) {
-			return fmt.Errorf("%w: redlock client %d is nil", fencelock.ErrInvalid, i)
+			return fmt.Errorf("%w: redlock client %d is nil", driver.ErrInvalid, i)
 		}
 		conn, err := redislayer.Open(c)
 		if err != nil {
@@ -132,7 +133,7 @@ func (b *Backend) configure(clients []redisconn.Client) error {
 		conns[i] = conn
 		for j := range i {
 			if sameValue(clients[j], c) {
-				return fmt.Errorf("%w: redlock clients %d and %d are the same client: one node would count twice", fencelock.ErrInvalid, j, i)
+				return fmt.Errorf("%w: redlock clients %d and %d are the same client: one node would count twice", driver.ErrInvalid, j, i)
 			}
 		}
 	}
@@ -190,9 +191,9 @@ func (b *Backend) usable(name string) error {
 	case b.err != nil:
 		return b.err
 	case name == "":
-		return fmt.Errorf("%w: empty lock name", fencelock.ErrInvalid)
+		return fmt.Errorf("%w: empty lock name", driver.ErrInvalid)
 	case name[0] == '}':
-		return fmt.Errorf("%w: lock name %q starts with '}', which would empty its Cluster hash tag", fencelock.ErrInvalid, name)
+		return fmt.Errorf("%w: lock name %q starts with '}', which would empty its Cluster hash tag", driver.ErrInvalid, name)
 	}
 	if err := b.ident.failed(); err != nil {
 		return err
@@ -225,18 +226,18 @@ func (b *Backend) timeout(ttl time.Duration) time.Duration {
 func (b *Backend) checkTTL(ttl time.Duration) error {
 	switch {
 	case ttl <= 0:
-		return fmt.Errorf("%w: TTL must be positive, got %v", fencelock.ErrInvalid, ttl)
+		return fmt.Errorf("%w: TTL must be positive, got %v", driver.ErrInvalid, ttl)
 	case ttl%time.Millisecond != 0:
-		return fmt.Errorf("%w: TTL %v is not a whole number of milliseconds", fencelock.ErrInvalid, ttl)
+		return fmt.Errorf("%w: TTL %v is not a whole number of milliseconds", driver.ErrInvalid, ttl)
 	case b.timeout(ttl)+drift(ttl) >= ttl:
-		return fmt.Errorf("%w: TTL %v is too short for redlock: the node timeout %v and the drift allowance %v leave no validity", fencelock.ErrInvalid, ttl, b.timeout(ttl), drift(ttl))
+		return fmt.Errorf("%w: TTL %v is too short for redlock: the node timeout %v and the drift allowance %v leave no validity", driver.ErrInvalid, ttl, b.timeout(ttl), drift(ttl))
 	}
 	return nil
 }
 
 // Close waits for the operations under way to return, ends the release subscriptions on every
 // node and waits until the node calls still in flight have returned; calls made after Close
-// fail with an error matching fencelock.ErrClosed. Close the Clients over the Backend first:
+// fail with an error matching driver.ErrClosed. Close the Clients over the Backend first:
 // their locks are not released. Close may be called more than once, also concurrently: every
 // call returns once the first has finished.
 func (b *Backend) Close() error {
@@ -296,7 +297,7 @@ type reply[T any] struct {
 // outcome, while a slow or stopped node delays the view by the grace only.
 //
 // A node's error arrives classified: ErrNodeTimeout when the node timeout ended it, ctx.Err()
-// when ctx did, otherwise wrapped in fencelock.ErrUnavailable or fencelock.ErrInvalid.
+// when ctx did, otherwise wrapped in driver.ErrUnavailable or driver.ErrInvalid.
 func fanOut[T any](ctx context.Context, b *Backend, idx []int, timeout time.Duration, wait waiting,
 	call func(ctx context.Context, n *node) (T, error), settle func(r reply[T]) bool) (pending []int) {
 	b.calls.Add(len(idx)) // within an operation (begin), so before Close waits for calls

@@ -9,6 +9,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redlock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Reentrancy lives in the nodes, per hold ID: a retried acquire or release of the same hold
@@ -17,8 +19,8 @@ func TestHoldsCountOnce(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	b := newBackend(t, dial(t, addrs))
 	ttl := 2 * time.Second
-	req := fencelock.Request{Name: t.Name(), Owner: "holder", Hold: "h1", TTL: ttl}
-	lease := fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: ttl}
+	req := driver.Request{Name: t.Name(), Owner: "holder", Hold: "h1", TTL: ttl}
+	lease := driver.Lease{Name: req.Name, Owner: req.Owner, TTL: ttl}
 	first, err := b.Acquire(ctx, req)
 	if err != nil || first.Count != 1 || first.Validity <= 0 || first.Validity > ttl {
 		t.Fatalf("first: %+v %v", first, err)
@@ -50,7 +52,7 @@ func TestHoldsCountOnce(t *testing.T) {
 	if _, err := b.Release(ctx, lease, "h1"); !errors.Is(err, fencelock.ErrNotHeld) {
 		t.Fatalf("release of a free lock: %v, want ErrNotHeld", err)
 	}
-	if r := b.Renew(ctx, []fencelock.Lease{lease}); !errors.Is(r[0].Err, fencelock.ErrNotHeld) {
+	if r := b.Renew(ctx, []driver.Lease{lease}); !errors.Is(r[0].Err, fencelock.ErrNotHeld) {
 		t.Fatalf("renewal of a free lock: %v, want ErrNotHeld", r[0].Err)
 	}
 }
@@ -63,10 +65,10 @@ func TestHeldErrorRemaining(t *testing.T) {
 	other := redlock.New(dial(t, addrs))
 	name := t.Name()
 	ttl := 5 * time.Second
-	if _, err := b.Acquire(ctx, fencelock.Request{Name: name, Owner: "a", TTL: ttl}); err != nil {
+	if _, err := b.Acquire(ctx, driver.Request{Name: name, Owner: "a", TTL: ttl}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := other.Acquire(ctx, fencelock.Request{Name: name, Owner: "b", TTL: ttl})
+	_, err := other.Acquire(ctx, driver.Request{Name: name, Owner: "b", TTL: ttl})
 	var held *fencelock.HeldError
 	if !errors.As(err, &held) || !errors.Is(err, fencelock.ErrNotObtained) || errors.Is(err, fencelock.ErrUnavailable) {
 		t.Fatalf("acquire of a held lock: %v", err)
@@ -83,7 +85,7 @@ func TestHeldErrorRemaining(t *testing.T) {
 	if slices.Contains(got, "b") || len(slices.DeleteFunc(slices.Clone(got), func(o string) bool { return o != "a" })) < 3 {
 		t.Fatalf("owners after the refused acquisition: %q; want a on a majority, b nowhere", got)
 	}
-	if _, err := b.Release(ctx, fencelock.Lease{Name: name, Owner: "a", TTL: ttl}, ""); err != nil {
+	if _, err := b.Release(ctx, driver.Lease{Name: name, Owner: "a", TTL: ttl}, ""); err != nil {
 		t.Fatal(err)
 	}
 }

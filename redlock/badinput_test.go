@@ -12,6 +12,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redlock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // unhashable is a client wrapper that cannot be compared with ==.
@@ -43,7 +45,7 @@ func TestBadConfiguration(t *testing.T) {
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			b := newBackend(t, tc.clients, tc.opts...)
-			_, err := b.Acquire(ctx, fencelock.Request{Name: "bad", Owner: "o", TTL: time.Second})
+			_, err := b.Acquire(ctx, driver.Request{Name: "bad", Owner: "o", TTL: time.Second})
 			if !errors.Is(err, fencelock.ErrInvalid) || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("Acquire: %v, want ErrInvalid saying %q", err, tc.says)
 			}
@@ -51,12 +53,12 @@ func TestBadConfiguration(t *testing.T) {
 			if _, err := newLocker(t, b).Obtain(ctx, "bad"); !errors.Is(err, fencelock.ErrInvalid) {
 				t.Fatalf("Obtain: %v", err)
 			}
-			for _, r := range b.Renew(ctx, []fencelock.Lease{{Name: "bad", Owner: "o", TTL: time.Second}}) {
+			for _, r := range b.Renew(ctx, []driver.Lease{{Name: "bad", Owner: "o", TTL: time.Second}}) {
 				if !errors.Is(r.Err, fencelock.ErrInvalid) {
 					t.Fatalf("Renew: %v", r.Err)
 				}
 			}
-			if _, err := b.Release(ctx, fencelock.Lease{Name: "bad", Owner: "o", TTL: time.Second}, ""); !errors.Is(err, fencelock.ErrInvalid) {
+			if _, err := b.Release(ctx, driver.Lease{Name: "bad", Owner: "o", TTL: time.Second}, ""); !errors.Is(err, fencelock.ErrInvalid) {
 				t.Fatalf("Release: %v", err)
 			}
 			if _, err := b.Inspect(ctx, "bad"); !errors.Is(err, fencelock.ErrInvalid) {
@@ -71,11 +73,11 @@ func TestBadConfiguration(t *testing.T) {
 	t.Run("incomparable clients", func(t *testing.T) {
 		raw := []*redis.Client{cs[0].(*redis.Client), cs[1].(*redis.Client), cs[2].(*redis.Client)}
 		b := newBackend(t, []redisbackend.Client{unhashable{raw[0], nil}, unhashable{raw[1], nil}, unhashable{raw[2], nil}})
-		g, err := b.Acquire(ctx, fencelock.Request{Name: "incomparable", Owner: "o", TTL: time.Second})
+		g, err := b.Acquire(ctx, driver.Request{Name: "incomparable", Owner: "o", TTL: time.Second})
 		if err != nil || g.Token <= 0 {
 			t.Fatalf("Acquire: %+v %v", g, err)
 		}
-		if _, err := b.Release(ctx, fencelock.Lease{Name: "incomparable", Owner: "o", TTL: time.Second}, ""); err != nil {
+		if _, err := b.Release(ctx, driver.Lease{Name: "incomparable", Owner: "o", TTL: time.Second}, ""); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -112,10 +114,10 @@ func TestBadTTL(t *testing.T) {
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			b := newBackend(t, dial(t, addrs), tc.opts...)
-			if _, err := b.Acquire(ctx, fencelock.Request{Name: "bad-ttl", Owner: "o", TTL: tc.ttl}); !errors.Is(err, fencelock.ErrInvalid) {
+			if _, err := b.Acquire(ctx, driver.Request{Name: "bad-ttl", Owner: "o", TTL: tc.ttl}); !errors.Is(err, fencelock.ErrInvalid) {
 				t.Fatalf("Acquire: %v, want ErrInvalid", err)
 			}
-			if r := b.Renew(ctx, []fencelock.Lease{{Name: "bad-ttl", Owner: "o", TTL: tc.ttl}}); !errors.Is(r[0].Err, fencelock.ErrInvalid) {
+			if r := b.Renew(ctx, []driver.Lease{{Name: "bad-ttl", Owner: "o", TTL: tc.ttl}}); !errors.Is(r[0].Err, fencelock.ErrInvalid) {
 				t.Fatalf("Renew: %v, want ErrInvalid", r[0].Err)
 			}
 		})
@@ -129,7 +131,7 @@ func TestClosedBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = b.Close()
-	if _, err := b.Acquire(ctx, fencelock.Request{Name: "closed", Owner: "o", TTL: time.Second}); !errors.Is(err, fencelock.ErrClosed) {
+	if _, err := b.Acquire(ctx, driver.Request{Name: "closed", Owner: "o", TTL: time.Second}); !errors.Is(err, fencelock.ErrClosed) {
 		t.Fatalf("Acquire after Close: %v", err)
 	}
 	if _, _, err := b.WatchRelease(ctx, "closed"); !errors.Is(err, fencelock.ErrClosed) {
@@ -141,7 +143,7 @@ func TestContextEnds(t *testing.T) {
 	b := newBackend(t, dial(t, addrs))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := b.Acquire(ctx, fencelock.Request{Name: "ctx", Owner: "o", TTL: time.Second})
+	_, err := b.Acquire(ctx, driver.Request{Name: "ctx", Owner: "o", TTL: time.Second})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Acquire with a cancelled context: %v", err)
 	}

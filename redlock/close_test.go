@@ -15,6 +15,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/redlock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Close is final: the calls in flight when it is called finish before it returns, every call
@@ -48,11 +50,11 @@ func TestCloseIsFinal(t *testing.T) {
 		for k := range 2 {
 			owner := fmt.Sprint("owner-", k)
 			loop("acquire", func() error {
-				req := fencelock.Request{Name: name, Owner: owner, TTL: time.Second}
+				req := driver.Request{Name: name, Owner: owner, TTL: time.Second}
 				if _, err := b.Acquire(ctx, req); err != nil {
 					return err
 				}
-				_, err := b.Release(ctx, fencelock.Lease{Name: name, Owner: owner, TTL: time.Second}, "")
+				_, err := b.Release(ctx, driver.Lease{Name: name, Owner: owner, TTL: time.Second}, "")
 				return err
 			})
 		}
@@ -64,7 +66,7 @@ func TestCloseIsFinal(t *testing.T) {
 			return err
 		})
 		loop("renew", func() error {
-			return b.Renew(ctx, []fencelock.Lease{{Name: name, Owner: "owner-0", TTL: time.Second}})[0].Err
+			return b.Renew(ctx, []driver.Lease{{Name: name, Owner: "owner-0", TTL: time.Second}})[0].Err
 		})
 		loop("inspect", func() error {
 			_, err := b.Inspect(ctx, name)
@@ -117,9 +119,9 @@ func TestCloseWaitsForAnAcquisitionUnderWay(t *testing.T) {
 	for _, l := range late {
 		l.hold(300 * time.Millisecond)
 	}
-	req := fencelock.Request{Name: "under-way", Owner: "o", TTL: 10 * time.Second}
+	req := driver.Request{Name: "under-way", Owner: "o", TTL: 10 * time.Second}
 	type result struct {
-		g   fencelock.Grant
+		g   driver.Grant
 		err error
 	}
 	done := make(chan result, 1)

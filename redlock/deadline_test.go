@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redlock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // An acquisition whose context ends while the nodes are still answering returns by the
@@ -29,7 +30,7 @@ func TestFailedAcquisitionReturnsByDeadline(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := b.Acquire(short, fencelock.Request{Name: "deadline", Owner: "o", TTL: 10 * time.Second})
+	_, err := b.Acquire(short, driver.Request{Name: "deadline", Owner: "o", TTL: 10 * time.Second})
 	if took := time.Since(start); took > 100*time.Millisecond+100*time.Millisecond {
 		t.Fatalf("returned %v after the call, with a 100ms deadline (%v)", took.Round(time.Millisecond), err)
 	}

@@ -34,22 +34,22 @@
 // hold of an attempt that failed before it; a call that waited has its node timeout, and at
 // least 500 ms, from when it is sent.
 // Close is final: it waits for the operations under way and then for the calls they left in
-// the background, and every call after it fails with an error matching fencelock.ErrClosed.
+// the background, and every call after it fails with an error matching driver.ErrClosed.
 //
 // Acquire takes the lock on every node it can. The lock holds when a majority, N/2+1, granted
 // it before the TTL less the drift allowance (TTL/100 + 2ms) had passed since the requests
 // were sent: the Client's own rule, so that Redlock refuses no grant the Client would take.
 // Otherwise the hold is released again on every node that may have granted it, those that
 // did not answer included, and the error says why: a
-// *fencelock.HeldError when other owners hold enough nodes to deny a majority (Remaining is how
-// long until enough of their keys expire), a *QuorumError (matching fencelock.ErrUnavailable,
+// *driver.HeldError when other owners hold enough nodes to deny a majority (Remaining is how
+// long until enough of their keys expire), a *QuorumError (matching driver.ErrUnavailable,
 // with a *NodeError per failed node) when too many nodes failed, ErrValidityExpired (also
-// matching fencelock.ErrUnavailable: nobody holds the lock, the nodes were too slow) when the
+// matching driver.ErrUnavailable: nobody holds the lock, the nodes were too slow) when the
 // time ran out, and the context's error when the context ended. The Client retries after a
 // release notification or the holder's remaining TTL.
 //
 // Grant.Validity and Renewal.Validity are the TTL, counted from the send, as the backend
-// contract has it (fencelock.Grant): each node that granted or extended the lock keeps it a TTL
+// contract has it (driver.Grant): each node that granted or extended the lock keeps it a TTL
 // after it received the request, and the requests went out after the moment the Client counts
 // from. Grant.Elapsed is how long the call ran before it sent them (the first call asks the
 // nodes for their run_id first). Neither is net of the round trips or of the drift allowance:
@@ -62,7 +62,7 @@
 // Renew extends a batch of leases with one pipeline per node, and waits for the nodes as long
 // as the greatest node timeout of the batch's leases, so that a lease with a short TTL does not
 // cut short the wait for the others. A lease stays valid when a majority extended it within
-// the TTL less the drift allowance; it is lost (fencelock.ErrNotHeld) when a majority
+// the TTL less the drift allowance; it is lost (driver.ErrNotHeld) when a majority
 // says the owner no longer holds it; anything else is an unknown outcome the Client retries
 // until its validity deadline. A node that lost the key — restarted without persistence, or cut
 // off until the key expired there — gets it back for the same owner, token and count, but only
@@ -147,8 +147,8 @@
 // and 1 of 1 or 2 of 2 is no quorum), a nil client and the same client twice. Two different
 // clients to one server cannot be told apart without asking the servers: the first acquisition
 // reads every node's INFO server run_id (every master's, for a Cluster) and fails with
-// fencelock.ErrInvalid, from then on, when two nodes share one. A node that did not answer
+// driver.ErrInvalid, from then on, when two nodes share one. A node that did not answer
 // then is asked again by later calls, at most once a second, and its grants and renewals do
 // not count towards a majority until it has answered. A TTL that the node timeout and the
-// drift allowance leave no validity in is refused with fencelock.ErrInvalid.
+// drift allowance leave no validity in is refused with driver.ErrInvalid.
 package redlock

@@ -15,6 +15,8 @@ import (
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redlock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // With two of five nodes dead, the other three are a majority: the lock works.
@@ -273,14 +275,14 @@ func TestPausedNodesMidAcquire(t *testing.T) {
 	}
 
 	pause(servers[0])
-	g, err := b.Acquire(ctx, fencelock.Request{Name: "paused", Owner: "one-paused", TTL: ttl})
+	g, err := b.Acquire(ctx, driver.Request{Name: "paused", Owner: "one-paused", TTL: ttl})
 	if err != nil {
 		t.Fatalf("with one node paused: %v", err)
 	}
 	if g.Validity <= 0 || g.Validity > ttl || g.Token <= 0 || g.Count != 1 {
 		t.Fatalf("grant %+v", g)
 	}
-	if _, err := b.Release(ctx, fencelock.Lease{Name: "paused", Owner: "one-paused", TTL: ttl}, ""); err != nil {
+	if _, err := b.Release(ctx, driver.Lease{Name: "paused", Owner: "one-paused", TTL: ttl}, ""); err != nil {
 		t.Fatal(err)
 	}
 
@@ -325,10 +327,10 @@ func TestSlowNodesEatValidity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := b.Acquire(ctx, fencelock.Request{Name: "slow", Owner: "warm-up", TTL: time.Second}); err != nil {
+	if _, err := b.Acquire(ctx, driver.Request{Name: "slow", Owner: "warm-up", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Release(ctx, fencelock.Lease{Name: "slow", Owner: "warm-up", TTL: time.Second}, ""); err != nil {
+	if _, err := b.Release(ctx, driver.Lease{Name: "slow", Owner: "warm-up", TTL: time.Second}, ""); err != nil {
 		t.Fatal(err)
 	}
 	// A first acquisition whose proposed token is below the fence counters needs a token round
@@ -343,7 +345,7 @@ func TestSlowNodesEatValidity(t *testing.T) {
 	for _, p := range proxies {
 		p.SetDelay(30 * time.Millisecond) // each round trip 60ms: two of them exceed the TTL
 	}
-	_, err := b.Acquire(ctx, fencelock.Request{Name: "slow", Owner: "slow-owner", TTL: ttl})
+	_, err := b.Acquire(ctx, driver.Request{Name: "slow", Owner: "slow-owner", TTL: ttl})
 	// On a loaded machine a reply can also miss the 90 ms node timeout; either way the
 	// acquisition must fail as unavailable, never hand out a lock that has already expired.
 	if err == nil || !errors.Is(err, fencelock.ErrUnavailable) || errors.Is(err, fencelock.ErrNotObtained) {
@@ -362,7 +364,7 @@ func TestSlowNodesEatValidity(t *testing.T) {
 	// counts them by counting from before its call.
 	long := 2 * time.Second
 	b = newBackend(t, dial(t, via), redlock.WithNodeTimeout(time.Second))
-	g, err := b.Acquire(ctx, fencelock.Request{Name: "slow", Owner: "slow-owner", TTL: long})
+	g, err := b.Acquire(ctx, driver.Request{Name: "slow", Owner: "slow-owner", TTL: long})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +374,7 @@ func TestSlowNodesEatValidity(t *testing.T) {
 	if g.Token <= ahead {
 		t.Fatalf("token %d is not above the fence counters", g.Token)
 	}
-	if _, err := b.Release(ctx, fencelock.Lease{Name: "slow", Owner: "slow-owner", TTL: long}, ""); err != nil {
+	if _, err := b.Release(ctx, driver.Lease{Name: "slow", Owner: "slow-owner", TTL: long}, ""); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -426,12 +428,12 @@ func lateNode(t *testing.T, k int) (*redlock.Backend, []redisbackend.Client, *se
 func TestReleaseWaitsForALateAcquireOnItsNode(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	b, direct, late := lateNode(t, 4)
-	req := fencelock.Request{Name: "late", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
+	req := driver.Request{Name: "late", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
 	// Warm up: scripts loaded and a connection per node, so that the calls below are one each.
 	if _, err := b.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold); err != nil {
+	if _, err := b.Release(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold); err != nil {
 		t.Fatal(err)
 	}
 	b.Settle() // the warm-up's last calls, so that the next call on node 4 is the acquire below
@@ -444,7 +446,7 @@ func TestReleaseWaitsForALateAcquireOnItsNode(t *testing.T) {
 	if got := owners(direct, b.Key("late")); got[4] != "" || slices.Index(got, "o") < 0 {
 		t.Fatalf("owners right after Acquire returned: %q; want the majority without the late node", got)
 	}
-	left, err := b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
+	left, err := b.Release(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
 	if err != nil || left != 0 {
 		t.Fatalf("release: %d, %v", left, err)
 	}
@@ -462,7 +464,7 @@ func TestReleaseWaitsForALateAcquireOnItsNode(t *testing.T) {
 func TestLateNodeThatKeepsTheLockIsCleared(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	b, direct, late := lateNode(t, 0)
-	req := fencelock.Request{Name: "kept", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
+	req := driver.Request{Name: "kept", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
 	if _, err := b.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +474,7 @@ func TestLateNodeThatKeepsTheLockIsCleared(t *testing.T) {
 		t.Fatal(err)
 	}
 	late.hold(300 * time.Millisecond)
-	left, err := b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
+	left, err := b.Release(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}, req.Hold)
 	if err != nil || left != 0 {
 		t.Fatalf("release: %d, %v", left, err)
 	}
@@ -491,14 +493,14 @@ func TestLateNodeThatKeepsTheLockIsCleared(t *testing.T) {
 func TestReentrantAcquireWaitsForTheFirstOnItsNode(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	b, direct, late := lateNode(t, 4)
-	warm := fencelock.Request{Name: "warm-up", Owner: "w", TTL: 10 * time.Second}
+	warm := driver.Request{Name: "warm-up", Owner: "w", TTL: 10 * time.Second}
 	if _, err := b.Acquire(ctx, warm); err != nil { // identifies the nodes, loads the script
 		t.Fatal(err)
 	}
 	b.Settle()
 
 	late.hold(300 * time.Millisecond) // node 4's first acquire goes out 300 ms late
-	req := fencelock.Request{Name: "reentrant", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
+	req := driver.Request{Name: "reentrant", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
 	first, err := b.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -546,8 +548,8 @@ func TestAcquisitionWaitsForTheUndoOfTheOneBefore(t *testing.T) {
 	holder := newBackend(t, dial(t, via), redlock.WithNodeTimeout(2*time.Second))
 	ttl := 10 * time.Second
 	for _, w := range []*redlock.Backend{holder, b} { // identifies the nodes, loads the scripts
-		lease := fencelock.Lease{Name: "warm-up", Owner: "w", TTL: ttl}
-		if _, err := w.Acquire(ctx, fencelock.Request{Name: lease.Name, Owner: lease.Owner, TTL: ttl}); err != nil {
+		lease := driver.Lease{Name: "warm-up", Owner: "w", TTL: ttl}
+		if _, err := w.Acquire(ctx, driver.Request{Name: lease.Name, Owner: lease.Owner, TTL: ttl}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := w.Release(ctx, lease, ""); err != nil {
@@ -557,7 +559,7 @@ func TestAcquisitionWaitsForTheUndoOfTheOneBefore(t *testing.T) {
 	}
 
 	key := b.Key("ghost")
-	if _, err := holder.Acquire(ctx, fencelock.Request{Name: "ghost", Owner: "holder", TTL: ttl}); err != nil {
+	if _, err := holder.Acquire(ctx, driver.Request{Name: "ghost", Owner: "holder", TTL: ttl}); err != nil {
 		t.Fatal(err)
 	}
 	holder.Settle()
@@ -568,10 +570,10 @@ func TestAcquisitionWaitsForTheUndoOfTheOneBefore(t *testing.T) {
 	// 400 ms after that attempt's call there returned.
 	late.hold(300*time.Millisecond, 400*time.Millisecond)
 	var held *fencelock.HeldError
-	if _, err := b.Acquire(ctx, fencelock.Request{Name: "ghost", Owner: "first", TTL: ttl}); !errors.As(err, &held) {
+	if _, err := b.Acquire(ctx, driver.Request{Name: "ghost", Owner: "first", TTL: ttl}); !errors.As(err, &held) {
 		t.Fatalf("acquire of a held lock: %v, want a HeldError", err)
 	}
-	if _, err := holder.Release(ctx, fencelock.Lease{Name: "ghost", Owner: "holder", TTL: ttl}, ""); err != nil {
+	if _, err := holder.Release(ctx, driver.Lease{Name: "ghost", Owner: "holder", TTL: ttl}, ""); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the failed attempt's late call did not take node 4", func() bool {
@@ -580,8 +582,8 @@ func TestAcquisitionWaitsForTheUndoOfTheOneBefore(t *testing.T) {
 	if got := owners(direct, key); !slices.Equal(got, []string{"", "", "holder", "holder", "first"}) {
 		t.Fatalf("owners before the next acquisition: %q", got)
 	}
-	lease := fencelock.Lease{Name: "ghost", Owner: "second", TTL: ttl}
-	if _, err := b.Acquire(ctx, fencelock.Request{Name: lease.Name, Owner: lease.Owner, TTL: ttl}); err != nil {
+	lease := driver.Lease{Name: "ghost", Owner: "second", TTL: ttl}
+	if _, err := b.Acquire(ctx, driver.Request{Name: lease.Name, Owner: lease.Owner, TTL: ttl}); err != nil {
 		t.Fatalf("acquire with nodes 0, 1 and 4 free but for the failed attempt's undo: %v", err)
 	}
 	b.Settle()

@@ -8,8 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // identity checks, at first use, that no two nodes are the same server: two clients with
@@ -100,7 +101,7 @@ func (b *Backend) identify(ctx context.Context, timeout time.Duration) error {
 		known++
 		for _, rid := range ids {
 			if j, ok := seen[rid]; ok && j != i {
-				dup := fmt.Errorf("%w: redlock nodes %d (%s) and %d (%s) are the same Redis server (run_id %s): it would count twice towards the majority", fencelock.ErrInvalid, j, b.nodes[j].addr, i, b.nodes[i].addr, rid)
+				dup := fmt.Errorf("%w: redlock nodes %d (%s) and %d (%s) are the same Redis server (run_id %s): it would count twice towards the majority", driver.ErrInvalid, j, b.nodes[j].addr, i, b.nodes[i].addr, rid)
 				id.dup.Store(dup)
 				return dup
 			}
@@ -133,7 +134,7 @@ func runIDs(ctx context.Context, nd *node) ([]string, error) {
 		info, _ := v.(string)
 		rid := infoField(info, "run_id")
 		if rid == "" {
-			return fmt.Errorf("%w: INFO server has no run_id", fencelock.ErrUnavailable)
+			return fmt.Errorf("%w: INFO server has no run_id", driver.ErrUnavailable)
 		}
 		mu.Lock()
 		ids = append(ids, rid)

@@ -11,6 +11,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redlock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // The first call asks every node for its run_id, and the calls that come meanwhile wait for
@@ -34,7 +36,7 @@ func TestCallsWaitingForTheFirstCheckKeepTheirDeadline(t *testing.T) {
 	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := b.Acquire(actx, fencelock.Request{Name: "first-check", Owner: "o", TTL: 10 * time.Second})
+	_, err := b.Acquire(actx, driver.Request{Name: "first-check", Owner: "o", TTL: 10 * time.Second})
 	took := time.Since(start)
 	t.Logf("Acquire with a 100ms context: %v after %v", err, took.Round(time.Millisecond))
 	if slack := 200 * time.Millisecond; took > 100*time.Millisecond+slack {
@@ -55,19 +57,19 @@ func TestRenewalDoesNotCountAnUnidentifiedNode(t *testing.T) {
 	clients := dial(t, []string{as[0], as[1], alias.Addr})
 	b := newBackend(t, clients)
 	alias.Blackhole() // the first acquisition's run_id check gets no answer from the alias
-	lease := fencelock.Lease{Name: "alias", Owner: "o", TTL: 10 * time.Second}
-	if _, err := b.Acquire(ctx, fencelock.Request{Name: lease.Name, Owner: lease.Owner, TTL: lease.TTL}); err != nil {
+	lease := driver.Lease{Name: "alias", Owner: "o", TTL: 10 * time.Second}
+	if _, err := b.Acquire(ctx, driver.Request{Name: lease.Name, Owner: lease.Owner, TTL: lease.TTL}); err != nil {
 		t.Fatal(err)
 	}
 	alias.Restore()
-	if r := b.Renew(ctx, []fencelock.Lease{lease}); r[0].Err != nil {
+	if r := b.Renew(ctx, []driver.Lease{lease}); r[0].Err != nil {
 		t.Fatalf("renewal with both servers up: %v", r[0].Err)
 	}
 	if err := servers[0].Pause(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = servers[0].Resume() })
-	if r := b.Renew(ctx, []fencelock.Lease{lease}); r[0].Err == nil {
+	if r := b.Renew(ctx, []driver.Lease{lease}); r[0].Err == nil {
 		t.Fatal("renewed by one server seen through two addresses")
 	} else if !errors.Is(r[0].Err, fencelock.ErrUnavailable) && !errors.Is(r[0].Err, fencelock.ErrInvalid) {
 		// ErrInvalid once a check has asked the alias and found the shared run_id.

@@ -7,9 +7,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // nodeInfo is one node's view of a lock, from inspect.lua.
@@ -24,7 +25,7 @@ type nodeInfo struct {
 
 func parseInspect(v []any) (nodeInfo, error) {
 	if len(v) < 6 {
-		return nodeInfo{}, fmt.Errorf("%w: unexpected inspect reply %v", fencelock.ErrUnavailable, v)
+		return nodeInfo{}, fmt.Errorf("%w: unexpected inspect reply %v", driver.ErrUnavailable, v)
 	}
 	var ni nodeInfo
 	ni.owner, _ = v[0].(string)
@@ -42,7 +43,7 @@ func parseInspect(v []any) (nodeInfo, error) {
 	return ni, nil
 }
 
-// Inspect implements fencelock.Backend with the majority's view: the lock is held when a
+// Inspect implements driver.Backend with the majority's view: the lock is held when a
 // majority of nodes keep it for one owner under one token, the token its grant stored; Count
 // and Remaining are what those nodes agree on (at least that count, at least that long). A
 // free lock reports the greatest fence counter read as its last token. It needs answers from
@@ -52,13 +53,13 @@ func parseInspect(v []any) (nodeInfo, error) {
 // tokens that differ: 0 on the nodes that wait for the token round, a proposal that a minority
 // stored. Neither is a token anyone was handed, and a token read there can be below one
 // returned before: Inspect reads again, with a growing pause, until a majority agrees or
-// settleWait has passed, and then fails with an error matching fencelock.ErrUnavailable.
-func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, error) {
+// settleWait has passed, and then fails with an error matching driver.ErrUnavailable.
+func (b *Backend) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	if err := b.usable(name); err != nil {
-		return fencelock.Info{}, err
+		return driver.Info{}, err
 	}
 	if err := b.begin(); err != nil {
-		return fencelock.Info{}, err
+		return driver.Info{}, err
 	}
 	defer b.ops.Done()
 	give := time.Now().Add(settleWait)
@@ -66,18 +67,18 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 		v, err := b.inspect(ctx, name)
 		switch {
 		case err != nil:
-			return fencelock.Info{}, err
+			return driver.Info{}, err
 		case v.settled:
 			return v.Info, nil
 		case time.Now().Add(pause).After(give):
-			return fencelock.Info{}, fmt.Errorf("%w: inspect %q: a majority keep it for owner %s, under tokens that still differ after %v", errUnsettled, name, v.Owner, settleWait)
+			return driver.Info{}, fmt.Errorf("%w: inspect %q: a majority keep it for owner %s, under tokens that still differ after %v", errUnsettled, name, v.Owner, settleWait)
 		}
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return fencelock.Info{}, ctxErr("inspect", name, ctx.Err())
+			return driver.Info{}, ctxErr("inspect", name, ctx.Err())
 		}
 	}
 }
@@ -92,7 +93,7 @@ const (
 
 // A view is the nodes' answers folded into one lock.
 type view struct {
-	fencelock.Info
+	driver.Info
 	// settled says Info is a lock a majority agrees on, or a free one. Otherwise a majority
 	// keeps the lock for Info.Owner under tokens that differ, and Info.Token is the greatest
 	// of them: the lock is being settled, or a fault left it so.
@@ -171,14 +172,14 @@ func (b *Backend) majority(name string, infos []nodeInfo) view {
 			return view{Info: b.fold(name, infos, func(ni nodeInfo) bool { return ni.owner == owner })}
 		}
 	}
-	return view{Info: fencelock.Info{Name: name, Token: counter}, settled: true}
+	return view{Info: driver.Info{Name: name, Token: counter}, settled: true}
 }
 
 // fold returns the lock that the nodes of infos that keep it agree on, at least quorum of
 // them: the greatest token among them, what a majority keeps at least (count, remaining
 // time), and the holder's metadata.
-func (b *Backend) fold(name string, infos []nodeInfo, keeps func(nodeInfo) bool) fencelock.Info {
-	info := fencelock.Info{Name: name, Held: true}
+func (b *Backend) fold(name string, infos []nodeInfo, keeps func(nodeInfo) bool) driver.Info {
+	info := driver.Info{Name: name, Held: true}
 	var pttls []time.Duration
 	var counts []int
 	for _, ni := range infos {
@@ -198,7 +199,7 @@ func (b *Backend) fold(name string, infos []nodeInfo, keeps func(nodeInfo) bool)
 	return info
 }
 
-// Names implements fencelock.Namer: it scans the nodes (every master of a Cluster node) for
+// Names implements driver.Namer: it scans the nodes (every master of a Cluster node) for
 // lock keys. A majority of nodes scanned is enough, since a lock held by a majority is on at
 // least one of them; fencelock.List then keeps those a majority holds.
 func (b *Backend) Names(ctx context.Context, prefix string) ([]string, error) {

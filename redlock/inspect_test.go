@@ -8,6 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // A majority that keeps the lock for one owner under tokens that differ — here three of five
@@ -18,7 +20,7 @@ func TestInspectOfALockWhoseTokenIsNotSettled(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	clients := dial(t, addrs)
 	b := newBackend(t, clients)
-	req := fencelock.Request{Name: t.Name(), Owner: "o", Hold: "h1", TTL: 10 * time.Second}
+	req := driver.Request{Name: t.Name(), Owner: "o", Hold: "h1", TTL: 10 * time.Second}
 	if _, err := b.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}

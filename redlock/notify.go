@@ -6,15 +6,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/releasewatch"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // subscribeTimeout bounds the wait for the nodes to acknowledge a subscription. A waiter whose
 // subscription no node acknowledged sleeps until the holder's TTL runs out instead.
 const subscribeTimeout = 2 * time.Second
 
-// WatchRelease implements fencelock.ReleaseWatcher. It subscribes to the lock's release channel
+// WatchRelease implements driver.ReleaseWatcher. It subscribes to the lock's release channel
 // on every node and returns once a majority of them acknowledged (or, after a bounded wait,
 // at least one): a release deletes the lock on the majority that held it, which shares a node
 // with any majority, so a release after WatchRelease returns reaches the waiter. The channel
@@ -73,7 +74,7 @@ func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{
 		return nil, nil, ctxErr("watch", name, ctx.Err())
 	case acked == 0:
 		stop()
-		return nil, nil, fmt.Errorf("%w: redlock: no node acknowledged the subscription to %s within %v", fencelock.ErrUnavailable, channel, subscribeTimeout)
+		return nil, nil, fmt.Errorf("%w: redlock: no node acknowledged the subscription to %s within %v", driver.ErrUnavailable, channel, subscribeTimeout)
 	}
 	return wt.Wake, stop, nil
 }

@@ -7,11 +7,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Release implements fencelock.Backend. It ends the hold on every node at once, each bounded by
+// Release implements driver.Backend. It ends the hold on every node at once, each bounded by
 // the node timeout, and returns once a majority answered; the calls to the other nodes go on
 // after it returns. On a node where an acquire call of the owner is still running, the release
 // waits for it first. The count left is what a majority still
@@ -21,7 +22,7 @@ import (
 // When a majority answered that the lock is free but a node still keeps it for the owner (a
 // node that took the key back after a restart keeps no hold IDs), that node's key is deleted
 // too.
-func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+func (b *Backend) Release(ctx context.Context, lease driver.Lease, hold string) (int, error) {
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
 	}
@@ -74,7 +75,7 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	case answered < q:
 		return 0, &QuorumError{Op: "release", Name: lease.Name, Granted: answered, Needed: q, Nodes: append(failed, b.timedOut(ctx, pending)...)}
 	case notHeld >= q:
-		return 0, fmt.Errorf("%w: %q: %d of %d nodes say this owner does not hold it", fencelock.ErrNotHeld, lease.Name, notHeld, n)
+		return 0, fmt.Errorf("%w: %q: %d of %d nodes say this owner does not hold it", driver.ErrNotHeld, lease.Name, notHeld, n)
 	}
 	left := max(quorumth(counts, q), 0)
 	// Free only when a majority said so: a node that failed may keep holds of the same owner's
@@ -170,15 +171,15 @@ func (b *Backend) drop(ctx context.Context, name, owner string, idx []int, timeo
 	return dropped
 }
 
-// ForceRelease implements fencelock.ForceReleaser: it deletes the lock on every node where
+// ForceRelease implements driver.ForceReleaser: it deletes the lock on every node where
 // the owner that a majority agrees on holds it, and wakes its waiters. The fence counters
 // stay, so the next token is still greater. Info.Held is false when no owner held a majority.
-func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info, error) {
+func (b *Backend) ForceRelease(ctx context.Context, name string) (driver.Info, error) {
 	if err := b.usable(name); err != nil {
-		return fencelock.Info{}, err
+		return driver.Info{}, err
 	}
 	if err := b.begin(); err != nil {
-		return fencelock.Info{}, err
+		return driver.Info{}, err
 	}
 	defer b.ops.Done()
 	// The owner a majority keeps the lock for, whether or not its token is settled yet: an

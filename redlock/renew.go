@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // renewReply is one node's answer for one lease.
@@ -29,11 +30,11 @@ type renewTally struct {
 	decided     bool
 }
 
-// Renew implements fencelock.Backend. The leases go to every node at once, as one pipeline per
+// Renew implements driver.Backend. The leases go to every node at once, as one pipeline per
 // node, and the batch waits for the nodes as long as the greatest node timeout of its leases:
 // a lease with a short TTL must not cut short the wait for the others. A lease is renewed
 // when a majority extended it, each node for the lease's TTL after it received the renewal:
-// its Renewal.Validity is the TTL, counted from the call (see fencelock.Renewal). It is not
+// its Renewal.Validity is the TTL, counted from the call (see driver.Renewal). It is not
 // held (ErrNotHeld) when a majority says so; otherwise the outcome is unknown (a *QuorumError,
 // or ErrValidityExpired when the majority confirmed it only once no validity was left after
 // the drift allowance) and the Client tries again while its validity deadline allows.
@@ -41,8 +42,8 @@ type renewTally struct {
 // A node that lost the key (a restart without persistence, or a partition long enough for it
 // to expire there) gets it back, for the same owner, token and count, but only after a
 // majority confirmed the lease and only if the key is still free on that node.
-func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
-	out := make([]fencelock.Renewal, len(leases))
+func (b *Backend) Renew(ctx context.Context, leases []driver.Lease) []driver.Renewal {
+	out := make([]driver.Renewal, len(leases))
 	live, timeout := b.renewable(leases, out)
 	if len(live) == 0 {
 		return out
@@ -112,7 +113,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 
 // renewed sets each lease's outcome in out from its tally, and returns the leases to take
 // back on the nodes that lost them: node → indexes into live.
-func (b *Backend) renewed(ctx context.Context, live []int, leases []fencelock.Lease, tallies []renewTally, elapsed time.Duration, timedOut []*NodeError, out []fencelock.Renewal) map[int][]int {
+func (b *Backend) renewed(ctx context.Context, live []int, leases []driver.Lease, tallies []renewTally, elapsed time.Duration, timedOut []*NodeError, out []driver.Renewal) map[int][]int {
 	n, q := len(b.nodes), b.quorum
 	retake := make(map[int][]int)
 	for k, j := range live {
@@ -128,7 +129,7 @@ func (b *Backend) renewed(ctx context.Context, live []int, leases []fencelock.Le
 				retake[i] = append(retake[i], k)
 			}
 		case t.notHeld > n-q:
-			out[j].Err = fmt.Errorf("%w: %q: %d of %d nodes no longer hold it for this owner", fencelock.ErrNotHeld, l.Name, t.notHeld, n)
+			out[j].Err = fmt.Errorf("%w: %q: %d of %d nodes no longer hold it for this owner", driver.ErrNotHeld, l.Name, t.notHeld, n)
 		case ctx.Err() != nil:
 			out[j].Err = ctxErr("renew", l.Name, ctx.Err())
 		default:
@@ -140,7 +141,7 @@ func (b *Backend) renewed(ctx context.Context, live []int, leases []fencelock.Le
 
 // renewable returns the leases of a batch that can be sent, setting the error of the others
 // in out, and the batch's node timeout: the greatest of its leases'.
-func (b *Backend) renewable(leases []fencelock.Lease, out []fencelock.Renewal) (live []int, timeout time.Duration) {
+func (b *Backend) renewable(leases []driver.Lease, out []driver.Renewal) (live []int, timeout time.Duration) {
 	for j, l := range leases {
 		if err := b.usable(l.Name); err != nil {
 			out[j].Err = err
@@ -197,7 +198,7 @@ func renewOn(ctx context.Context, c redisconn.Conn, keys [][]string, args [][]an
 		case len(v) == 1 && (state == 0 || state == -1):
 			out[k].state = int(state)
 		default:
-			out[k].err = fmt.Errorf("%w: unexpected renew reply %v", fencelock.ErrUnavailable, v)
+			out[k].err = fmt.Errorf("%w: unexpected renew reply %v", driver.ErrUnavailable, v)
 		}
 	}
 	return out
@@ -205,7 +206,7 @@ func renewOn(ctx context.Context, c redisconn.Conn, keys [][]string, args [][]an
 
 // retake takes the leases back on the nodes that had lost them, where still free. It is best
 // effort: the renewal stands on the majority that confirmed it.
-func (b *Backend) retake(ctx context.Context, retake map[int][]int, live []int, leases []fencelock.Lease, tallies []renewTally, timeout time.Duration) {
+func (b *Backend) retake(ctx context.Context, retake map[int][]int, live []int, leases []driver.Lease, tallies []renewTally, timeout time.Duration) {
 	ctx, cancel := cleanupContext(ctx, timeout)
 	defer cancel()
 	idx := make([]int, 0, len(retake))

@@ -16,6 +16,8 @@ import (
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redlock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Tokens strictly increase over many acquisitions, each reaching a different random majority:
@@ -223,7 +225,7 @@ func TestReentrantGrantWithoutAnAgreedToken(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	clients := dial(t, addrs)
 	b := newBackend(t, clients)
-	req := fencelock.Request{Name: t.Name(), Owner: "o", Hold: "h1", TTL: 10 * time.Second}
+	req := driver.Request{Name: t.Name(), Owner: "o", Hold: "h1", TTL: 10 * time.Second}
 	first, err := b.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +266,7 @@ func TestReentrantGrantWithoutAnAgreedToken(t *testing.T) {
 	if inner.Count != 2 {
 		t.Fatalf("hold count %d, want 2: the hold from before and this one", inner.Count)
 	}
-	lease := fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}
+	lease := driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}
 	if left, err := b.Release(ctx, lease, "h2"); err != nil || left != 1 {
 		t.Fatalf("release of the second hold: %d left, %v; want 1", left, err)
 	}
@@ -279,7 +281,7 @@ func TestReentrantGrantWithoutAnAgreedToken(t *testing.T) {
 func TestTokenRoundWaitsForTheAcquireOnItsNode(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	b, direct, late := lateNode(t, 4)
-	warm := fencelock.Request{Name: "warm-up", Owner: "w", TTL: 10 * time.Second}
+	warm := driver.Request{Name: "warm-up", Owner: "w", TTL: 10 * time.Second}
 	if _, err := b.Acquire(ctx, warm); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +294,7 @@ func TestTokenRoundWaitsForTheAcquireOnItsNode(t *testing.T) {
 		}
 	}
 	late.hold(300 * time.Millisecond)
-	g, err := b.Acquire(ctx, fencelock.Request{Name: "token-round", Owner: "o", Hold: "h1", TTL: 10 * time.Second})
+	g, err := b.Acquire(ctx, driver.Request{Name: "token-round", Owner: "o", Hold: "h1", TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redlock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // proxiedNodes starts n servers of the test's own, each behind a proxy, and returns the
@@ -51,8 +53,8 @@ func warm(t *testing.T, clients, direct []redisbackend.Client, conns int) {
 	}
 	wg.Wait()
 	b := newBackend(t, direct)
-	req := fencelock.Request{Name: "warm-up", Owner: "warm-up", TTL: time.Second}
-	lease := fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}
+	req := driver.Request{Name: "warm-up", Owner: "warm-up", TTL: time.Second}
+	lease := driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL}
 	for _, c := range direct { // a token round, to load its script too
 		if err := c.(*redis.Client).Set(ctx, b.Key(req.Name)+":fence", time.Now().UnixMicro()+1e9, 0).Err(); err != nil {
 			t.Fatal(err)
@@ -61,7 +63,7 @@ func warm(t *testing.T, clients, direct []redisbackend.Client, conns int) {
 	if _, err := b.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if r := b.Renew(ctx, []fencelock.Lease{lease}); r[0].Err != nil {
+	if r := b.Renew(ctx, []driver.Lease{lease}); r[0].Err != nil {
 		t.Fatal(r[0].Err)
 	}
 	if _, err := b.Release(ctx, lease, ""); err != nil {
@@ -123,7 +125,7 @@ func TestValidityCountsFromTheSend(t *testing.T) {
 	}
 	b := newBackend(t, clients, redlock.WithNodeTimeout(time.Second))
 	ttl := 2 * time.Second
-	req := fencelock.Request{Name: "from-send", Owner: "o", TTL: ttl}
+	req := driver.Request{Name: "from-send", Owner: "o", TTL: ttl}
 
 	// The first call also asks every node for its run_id: one more round trip before the
 	// acquire is sent, which Elapsed says.
@@ -140,7 +142,7 @@ func TestValidityCountsFromTheSend(t *testing.T) {
 	holdUntil(t, direct, b.Key(req.Name), start.Add(g.Elapsed+v), "grant")
 
 	start = time.Now()
-	r := b.Renew(ctx, []fencelock.Lease{{Name: req.Name, Owner: req.Owner, TTL: ttl}})
+	r := b.Renew(ctx, []driver.Lease{{Name: req.Name, Owner: req.Owner, TTL: ttl}})
 	if r[0].Err != nil {
 		t.Fatal(r[0].Err)
 	}
@@ -149,7 +151,7 @@ func TestValidityCountsFromTheSend(t *testing.T) {
 		t.Fatalf("the renewal vouches for %v after the call began, the nodes keep the lock a TTL (%v) after its send", v, ttl)
 	}
 	holdUntil(t, direct, b.Key(req.Name), start.Add(v), "renewal")
-	if _, err := b.Release(ctx, fencelock.Lease{Name: req.Name, Owner: req.Owner, TTL: ttl}, ""); err != nil {
+	if _, err := b.Release(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, TTL: ttl}, ""); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -228,9 +230,9 @@ func TestShortLeaseInARenewalBatch(t *testing.T) {
 	warm(t, clients, direct, 2)
 	b := redlock.New(clients) // the default node timeouts: min(50ms, TTL/10)
 	t.Cleanup(func() { _ = b.Close() })
-	long := fencelock.Lease{Name: "batch-long", Owner: "o", TTL: 10 * time.Second}
-	short := fencelock.Lease{Name: "batch-short", Owner: "o", TTL: 100 * time.Millisecond} // 10 ms
-	if _, err := b.Acquire(ctx, fencelock.Request{Name: long.Name, Owner: long.Owner, TTL: long.TTL}); err != nil {
+	long := driver.Lease{Name: "batch-long", Owner: "o", TTL: 10 * time.Second}
+	short := driver.Lease{Name: "batch-short", Owner: "o", TTL: 100 * time.Millisecond} // 10 ms
+	if _, err := b.Acquire(ctx, driver.Request{Name: long.Name, Owner: long.Owner, TTL: long.TTL}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range proxies {
@@ -239,7 +241,7 @@ func TestShortLeaseInARenewalBatch(t *testing.T) {
 	// A busy machine can make a round trip take more than 50 ms: a few tries.
 	var errs []error
 	for range 5 {
-		r := b.Renew(ctx, []fencelock.Lease{long, short})
+		r := b.Renew(ctx, []driver.Lease{long, short})
 		if r[0].Err == nil {
 			return
 		}

@@ -22,6 +22,8 @@ import (
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // A lock as a sequential object, for porcupine: the state is the owner holding it ("" when
@@ -188,7 +190,7 @@ func TestLinearizableLock(t *testing.T) {
 					defer closeBackend()
 					defer locker.Close()
 					for i := 0; time.Now().Before(until); i++ {
-						linearizableCycle(ctx, h, c, locker, backend.(fencelock.ForceReleaser), fmt.Sprintf("c%d-%d", c, i))
+						linearizableCycle(ctx, h, c, locker, backend.(driver.ForceReleaser), fmt.Sprintf("c%d-%d", c, i))
 					}
 				}()
 			}
@@ -265,7 +267,7 @@ const linearizableName = "linearizable"
 
 // linearizableCycle tries once to obtain the lock as owner and, if it did, releases it,
 // recording both operations.
-func linearizableCycle(ctx context.Context, h *history, client int, locker *fencelock.Client, b fencelock.ForceReleaser, owner string) {
+func linearizableCycle(ctx context.Context, h *history, client int, locker *fencelock.Client, b driver.ForceReleaser, owner string) {
 	const name = linearizableName
 	opCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	call := time.Now()
@@ -303,7 +305,7 @@ func linearizableCycle(ctx context.Context, h *history, client int, locker *fenc
 
 // forceFree frees the lock as an operator would, so a hold whose release went astray does not
 // block the run for its hour-long TTL. Every attempt is part of the history.
-func forceFree(ctx context.Context, h *history, client int, b fencelock.ForceReleaser) {
+func forceFree(ctx context.Context, h *history, client int, b driver.ForceReleaser) {
 	for ctx.Err() == nil {
 		opCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		call := time.Now()

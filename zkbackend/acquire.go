@@ -8,31 +8,31 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // lookTries bounds how often a call looks at a queue again after the node it meant to act on
 // vanished; each retry means the lock changed hands meanwhile, so running out is unlikely.
 const lookTries = 8
 
-// Acquire implements fencelock.Backend: one attempt, which leaves no node behind when another
+// Acquire implements driver.Backend: one attempt, which leaves no node behind when another
 // owner holds the lock.
-func (b *Backend) Acquire(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	return b.acquire(ctx, req, newGUIDFor(req.Owner), false, false)
 }
 
-// AcquireQueued implements fencelock.Queue: it takes a place in line and waits for the node
+// AcquireQueued implements driver.Queue: it takes a place in line and waits for the node
 // ahead of it to go, until its node is first or ctx ends.
-func (b *Backend) AcquireQueued(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+func (b *Backend) AcquireQueued(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	return b.acquire(ctx, req, newGUIDFor(req.Owner), true, false)
 }
 
 // acquire takes the lock for req, with guid naming the node it may create. unsure says an
 // earlier create with this guid may have made the node (its reply was lost), as when a caller
 // retries after a connection loss.
-func (b *Backend) acquire(ctx context.Context, req fencelock.Request, guid string, queued, unsure bool) (fencelock.Grant, error) {
+func (b *Backend) acquire(ctx context.Context, req driver.Request, guid string, queued, unsure bool) (driver.Grant, error) {
 	if err := b.usable(ctx, req.Name); err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	start := time.Now()
 	k := keyOf(req.Name, req.Owner, req.Limit)
@@ -40,7 +40,7 @@ func (b *Backend) acquire(ctx context.Context, req fencelock.Request, guid strin
 	// take it back: no removal owed of its hold may run meanwhile, or after.
 	taken, err := b.claim(ctx, k, req.Hold)
 	if err != nil {
-		return fencelock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	left := taken
 	if unsure {
@@ -57,7 +57,7 @@ func (b *Backend) acquire(ctx context.Context, req fencelock.Request, guid strin
 
 // attempt is acquire once the hold is claimed. left lists the nodes earlier attempts of the same
 // hold may have left in line.
-func (b *Backend) attempt(ctx context.Context, start time.Time, req fencelock.Request, guid string, queued bool, left []owed) (fencelock.Grant, holding, error) {
+func (b *Backend) attempt(ctx context.Context, start time.Time, req driver.Request, guid string, queued bool, left []owed) (driver.Grant, holding, error) {
 	if req.Limit > 0 {
 		return b.attemptPermit(ctx, start, req, guid, queued, left)
 	}
@@ -71,7 +71,7 @@ func (b *Backend) attempt(ctx context.Context, start time.Time, req fencelock.Re
 			// Look before joining: a held lock then costs a read, not a node made and deleted.
 			q, err := b.queue(ctx, dir)
 			if err != nil {
-				return fencelock.Grant{}, holding{}, err
+				return driver.Grant{}, holding{}, err
 			}
 			if len(q) > 0 {
 				g, h, err := b.enterFirst(ctx, start, k, dir+"/"+q[0].name, req)
@@ -83,51 +83,51 @@ func (b *Backend) attempt(ctx context.Context, start time.Time, req fencelock.Re
 		}
 		n, err := b.join(ctx, req, guid, left)
 		if err != nil {
-			return fencelock.Grant{}, holding{}, err
+			return driver.Grant{}, holding{}, err
 		}
 		return b.await(ctx, start, req, n, queued)
 	}
-	return fencelock.Grant{}, holding{}, fmt.Errorf("%w: %q changed hands %d times while being acquired", fencelock.ErrUnavailable, req.Name, lookTries)
+	return driver.Grant{}, holding{}, fmt.Errorf("%w: %q changed hands %d times while being acquired", driver.ErrUnavailable, req.Name, lookTries)
 }
 
 // enterHeld adds req's hold to the node through which this Backend holds k already, when it
 // still can vouch for it. It returns errVanished when there is no such node.
-func (b *Backend) enterHeld(ctx context.Context, start time.Time, k holder, req fencelock.Request) (fencelock.Grant, holding, error) {
+func (b *Backend) enterHeld(ctx context.Context, start time.Time, k holder, req driver.Request) (driver.Grant, holding, error) {
 	h, ok := b.holding(k)
 	if !ok {
-		return fencelock.Grant{}, holding{}, errVanished
+		return driver.Grant{}, holding{}, errVanished
 	}
 	if b.lost(h) || !b.vouchable(h.session) {
 		b.forget(k, h.path)
-		return fencelock.Grant{}, holding{}, errVanished
+		return driver.Grant{}, holding{}, errVanished
 	}
 	return b.enter(ctx, start, k, h, req, false)
 }
 
 // sameTerms says why req may not enter a permit node with data: another limit, or more permits
 // than the node takes, which would let it grow past what the nodes behind it counted on.
-func sameTerms(req fencelock.Request, data lockData) error {
+func sameTerms(req driver.Request, data lockData) error {
 	switch {
 	case data.limit == 0:
 		return nil
 	case data.limit != req.Limit:
-		return &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: data.limit}
+		return &driver.LimitError{Name: req.Name, Limit: req.Limit, Stored: data.limit}
 	case max(req.Weight, 1) > data.weight():
-		return fmt.Errorf("%w: %q: this owner holds %d permits and asks for %d", fencelock.ErrUpgrade, req.Name, data.weight(), max(req.Weight, 1))
+		return fmt.Errorf("%w: %q: this owner holds %d permits and asks for %d", driver.ErrUpgrade, req.Name, data.weight(), max(req.Weight, 1))
 	}
 	return nil
 }
 
 // enterFirst re-enters the lock node at path, first in line, when req's owner holds it
 // through a session this Backend can vouch for.
-func (b *Backend) enterFirst(ctx context.Context, start time.Time, k holder, path string, req fencelock.Request) (fencelock.Grant, holding, error) {
+func (b *Backend) enterFirst(ctx context.Context, start time.Time, k holder, path string, req driver.Request) (driver.Grant, holding, error) {
 	sent := time.Now()
 	data, stat, err := b.read(ctx, path)
 	if err != nil {
-		return fencelock.Grant{}, holding{}, err
+		return driver.Grant{}, holding{}, err
 	}
 	if data.owner != req.Owner || !b.vouchable(stat.EphemeralOwner) {
-		return fencelock.Grant{}, holding{}, &fencelock.HeldError{Name: req.Name}
+		return driver.Grant{}, holding{}, &driver.HeldError{Name: req.Name}
 	}
 	return b.enter(ctx, start, k, holdingOf(path, data, stat, sent), req, true)
 }
@@ -135,14 +135,14 @@ func (b *Backend) enterFirst(ctx context.Context, start time.Time, k holder, pat
 // enter adds req's hold to the owner's lock or permit node h. fresh says h was just read from
 // the server; a cached copy that already has the hold is read again before it is believed. It
 // returns errVanished when the node is gone.
-func (b *Backend) enter(ctx context.Context, start time.Time, k holder, h holding, req fencelock.Request, fresh bool) (fencelock.Grant, holding, error) {
+func (b *Backend) enter(ctx context.Context, start time.Time, k holder, h holding, req driver.Request, fresh bool) (driver.Grant, holding, error) {
 	hold := req.Hold
 	for {
 		if err := ctx.Err(); err != nil {
-			return fencelock.Grant{}, holding{}, err
+			return driver.Grant{}, holding{}, err
 		}
 		if err := sameTerms(req, h.data); err != nil && !h.data.has(hold) {
-			return fencelock.Grant{}, holding{}, err
+			return driver.Grant{}, holding{}, err
 		}
 		if h.data.has(hold) && fresh {
 			// A retried acquire whose first attempt got through: it does not count twice.
@@ -164,7 +164,7 @@ func (b *Backend) enter(ctx context.Context, start time.Time, k holder, h holdin
 			if p := inFlight(err); p != nil {
 				// The hold may be added yet: its removal is owed once the write is answered.
 				b.owe(owed{holder: k, hold: hold, guid: h.guid(), session: h.session, pending: p})
-				return fencelock.Grant{}, holding{}, err
+				return driver.Grant{}, holding{}, err
 			}
 		}
 		switch err {
@@ -175,14 +175,14 @@ func (b *Backend) enter(ctx context.Context, start time.Time, k holder, h holdin
 				if rerr == errVanished {
 					b.forget(k, h.path)
 				}
-				return fencelock.Grant{}, holding{}, rerr
+				return driver.Grant{}, holding{}, rerr
 			}
 			h.data, h.version, h.read, fresh = data, stat.Version, sent, true
 		case zk.ErrNoNode:
 			b.forget(k, h.path)
-			return fencelock.Grant{}, holding{}, errVanished
+			return driver.Grant{}, holding{}, errVanished
 		default:
-			return fencelock.Grant{}, holding{}, classify(err)
+			return driver.Grant{}, holding{}, classify(err)
 		}
 	}
 }

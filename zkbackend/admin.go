@@ -7,15 +7,15 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 var (
-	_ fencelock.Namer         = (*Backend)(nil)
-	_ fencelock.ForceReleaser = (*Backend)(nil)
+	_ driver.Namer         = (*Backend)(nil)
+	_ driver.ForceReleaser = (*Backend)(nil)
 )
 
-// Names implements fencelock.Namer: the locks under the root whose names start with prefix.
+// Names implements driver.Namer: the locks under the root whose names start with prefix.
 func (b *Backend) Names(ctx context.Context, prefix string) ([]string, error) {
 	if err := b.ready(ctx); err != nil {
 		return nil, err
@@ -39,31 +39,31 @@ func (b *Backend) Names(ctx context.Context, prefix string) ([]string, error) {
 	return out, nil
 }
 
-// ForceRelease implements fencelock.ForceReleaser: it deletes the holder's node, if it is still
+// ForceRelease implements driver.ForceReleaser: it deletes the holder's node, if it is still
 // the node of the holder the operator saw; the next node in line then holds the lock. The
 // holder learns of it at its next renewal.
-func (b *Backend) ForceRelease(ctx context.Context, name string) (fencelock.Info, error) {
+func (b *Backend) ForceRelease(ctx context.Context, name string) (driver.Info, error) {
 	info, err := b.Inspect(ctx, name)
 	if err != nil || !info.Held {
 		return info, err
 	}
 	q, err := b.queue(ctx, b.Path(name))
 	if err != nil || len(q) == 0 {
-		return fencelock.Info{Name: name}, err
+		return driver.Info{Name: name}, err
 	}
 	path := b.Path(name) + "/" + q[0].name
 	data, stat, err := b.read(ctx, path)
 	switch {
 	case err == errVanished:
-		return fencelock.Info{Name: name}, nil
+		return driver.Info{Name: name}, nil
 	case err != nil:
 		return info, err
 	case data.owner != info.Owner || stat.Czxid != info.Token:
-		return fencelock.Info{Name: name}, nil // changed hands meanwhile
+		return driver.Info{Name: name}, nil // changed hands meanwhile
 	}
 	switch err := b.delete(ctx, path, stat.Version); {
 	case err == zk.ErrNoNode || err == zk.ErrBadVersion:
-		return fencelock.Info{Name: name}, nil
+		return driver.Info{Name: name}, nil
 	case err != nil:
 		return info, fmt.Errorf("force release of %q: %w", name, classify(err))
 	}

@@ -11,11 +11,11 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Backend is a fencelock.Backend, fencelock.Queue, fencelock.Semaphores and
-// fencelock.LossWatcher over one ZooKeeper connection. It is safe for concurrent use. Its
+// Backend is a driver.Backend, driver.Queue, driver.Semaphores and
+// driver.LossWatcher over one ZooKeeper connection. It is safe for concurrent use. Its
 // goroutines — the settler of what it owes, and requests whose callers stopped waiting — run
 // only while there is such work, but one: from its first call until Close, or until its
 // session ends, one keeps the watch of the session's end (end.go). Close waits for them.
@@ -44,9 +44,9 @@ type Backend struct {
 }
 
 var (
-	_ fencelock.Backend     = (*Backend)(nil)
-	_ fencelock.Queue       = (*Backend)(nil)
-	_ fencelock.LossWatcher = (*Backend)(nil)
+	_ driver.Backend     = (*Backend)(nil)
+	_ driver.Queue       = (*Backend)(nil)
+	_ driver.LossWatcher = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -68,7 +68,7 @@ func WithACL(acl []zk.ACL) Option { return func(b *Backend) { b.acl = acl } }
 func WithSessionTimeout(d time.Duration) Option { return func(b *Backend) { b.validity = d } }
 
 // New returns a Backend over conn. A nil conn, a missing session timeout or an unusable option
-// gives a Backend whose every call fails with an error matching fencelock.ErrInvalid.
+// gives a Backend whose every call fails with an error matching driver.ErrInvalid.
 func New(conn *zk.Conn, opts ...Option) *Backend {
 	b := &Backend{
 		conn: conn,
@@ -84,11 +84,11 @@ func New(conn *zk.Conn, opts ...Option) *Backend {
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	switch {
 	case conn == nil:
-		b.err = fmt.Errorf("%w: nil *zk.Conn", fencelock.ErrInvalid)
+		b.err = fmt.Errorf("%w: nil *zk.Conn", driver.ErrInvalid)
 	case b.validity <= 0:
-		b.err = fmt.Errorf("%w: session timeout not set: pass WithSessionTimeout with the timeout given to zk.Connect (go-zookeeper does not expose the negotiated one)", fencelock.ErrInvalid)
+		b.err = fmt.Errorf("%w: session timeout not set: pass WithSessionTimeout with the timeout given to zk.Connect (go-zookeeper does not expose the negotiated one)", driver.ErrInvalid)
 	case len(b.acl) == 0:
-		b.err = fmt.Errorf("%w: empty ACL", fencelock.ErrInvalid)
+		b.err = fmt.Errorf("%w: empty ACL", driver.ErrInvalid)
 	default:
 		if err := checkRoot(b.root); err != nil {
 			b.err = err
@@ -99,10 +99,10 @@ func New(conn *zk.Conn, opts ...Option) *Backend {
 
 // Close waits until the work the Backend owes is done (see owed.go), and stops it, and waits
 // for the requests of calls that returned before their answer came; all of it for at most
-// CloseTimeout. It returns an error matching fencelock.ErrUnavailable when work was left
+// CloseTimeout. It returns an error matching driver.ErrUnavailable when work was left
 // undone: those lock nodes end with the session, when the caller closes the connection (the
 // Backend does not: the connection is the caller's). Calls after Close fail with an error
-// matching fencelock.ErrClosed. Close is idempotent.
+// matching driver.ErrClosed. Close is idempotent.
 func (b *Backend) Close() error {
 	if b == nil || b.ctx == nil {
 		return nil
@@ -124,9 +124,9 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	switch {
 	case left > 0:
-		return fmt.Errorf("%w: closed with the removal of %d lock node(s) not made: they end with the session", fencelock.ErrUnavailable, left)
+		return fmt.Errorf("%w: closed with the removal of %d lock node(s) not made: they end with the session", driver.ErrUnavailable, left)
 	case !idle:
-		return fmt.Errorf("%w: closed with requests to ZooKeeper unanswered after %v", fencelock.ErrUnavailable, CloseTimeout)
+		return fmt.Errorf("%w: closed with requests to ZooKeeper unanswered after %v", driver.ErrUnavailable, CloseTimeout)
 	}
 	return nil
 }
@@ -157,16 +157,16 @@ func (b *Backend) usable(ctx context.Context, name string) error {
 // vouching (sessions.go).
 func (b *Backend) ready(ctx context.Context) error {
 	if b == nil {
-		return fmt.Errorf("%w: nil Backend", fencelock.ErrInvalid)
+		return fmt.Errorf("%w: nil Backend", driver.ErrInvalid)
 	}
 	if b.err != nil {
 		return b.err
 	}
 	if ctx == nil {
-		return fmt.Errorf("%w: nil context", fencelock.ErrInvalid)
+		return fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	if b.closed.Load() {
-		return fmt.Errorf("%w: the ZooKeeper backend was closed", fencelock.ErrClosed)
+		return fmt.Errorf("%w: the ZooKeeper backend was closed", driver.ErrClosed)
 	}
 	b.register()
 	return nil
@@ -178,18 +178,18 @@ func (b *Backend) ready(ctx context.Context) error {
 func checkName(name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: empty lock name", fencelock.ErrInvalid)
+		return fmt.Errorf("%w: empty lock name", driver.ErrInvalid)
 	case name == "." || name == "..":
-		return fmt.Errorf("%w: lock name %q is a relative path element", fencelock.ErrInvalid, name)
+		return fmt.Errorf("%w: lock name %q is a relative path element", driver.ErrInvalid, name)
 	case strings.IndexByte(name, '/') >= 0:
-		return fmt.Errorf("%w: lock name %q contains '/': a name is one ZooKeeper path element", fencelock.ErrInvalid, name)
+		return fmt.Errorf("%w: lock name %q contains '/': a name is one ZooKeeper path element", driver.ErrInvalid, name)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: lock name %q is not valid UTF-8", fencelock.ErrInvalid, name)
+		return fmt.Errorf("%w: lock name %q is not valid UTF-8", driver.ErrInvalid, name)
 	}
 	for _, r := range name {
 		// The characters ZooKeeper refuses in a path (PathUtils.validatePath).
 		if r < 0x20 || (r >= 0x7f && r <= 0x9f) || (r >= 0xd800 && r <= 0xf8ff) || (r >= 0xfff0 && r <= 0xffff) {
-			return fmt.Errorf("%w: lock name %q contains %U, which ZooKeeper does not allow in a path", fencelock.ErrInvalid, name, r)
+			return fmt.Errorf("%w: lock name %q contains %U, which ZooKeeper does not allow in a path", driver.ErrInvalid, name, r)
 		}
 	}
 	return nil
@@ -197,15 +197,15 @@ func checkName(name string) error {
 
 func checkRoot(root string) error {
 	if root == "" || root[0] != '/' || root == "/" || root[len(root)-1] == '/' {
-		return fmt.Errorf("%w: root %q must be an absolute path below / without a trailing slash", fencelock.ErrInvalid, root)
+		return fmt.Errorf("%w: root %q must be an absolute path below / without a trailing slash", driver.ErrInvalid, root)
 	}
 	for _, el := range strings.Split(root[1:], "/") {
 		if err := checkName(el); err != nil {
-			return fmt.Errorf("%w: root %q: element %q is not usable", fencelock.ErrInvalid, root, el)
+			return fmt.Errorf("%w: root %q: element %q is not usable", driver.ErrInvalid, root, el)
 		}
 	}
 	if root == "/zookeeper" || strings.HasPrefix(root, "/zookeeper/") {
-		return fmt.Errorf("%w: root %q is inside /zookeeper, which the server reserves", fencelock.ErrInvalid, root)
+		return fmt.Errorf("%w: root %q is inside /zookeeper, which the server reserves", driver.ErrInvalid, root)
 	}
 	return nil
 }
@@ -233,7 +233,7 @@ func (b *Backend) read(ctx context.Context, path string) (lockData, *zk.Stat, er
 	}
 	data, err := decodeData(raw)
 	if err != nil {
-		return lockData{}, nil, fmt.Errorf("%w: %s: %w", fencelock.ErrInvalid, path, err)
+		return lockData{}, nil, fmt.Errorf("%w: %s: %w", driver.ErrInvalid, path, err)
 	}
 	return data, stat, nil
 }

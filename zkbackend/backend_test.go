@@ -11,6 +11,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Every call of an unusable Backend fails with ErrInvalid, and says why; nothing panics.
@@ -29,13 +31,13 @@ func TestUnusableBackend(t *testing.T) {
 		{"empty ACL", newBackend(conn, zkbackend.WithACL(nil))},
 		{"nil backend", nil},
 	} {
-		req := fencelock.Request{Name: "n", Owner: "o", TTL: time.Second}
-		lease := fencelock.Lease{Name: "n", Owner: "o", TTL: time.Second}
+		req := driver.Request{Name: "n", Owner: "o", TTL: time.Second}
+		lease := driver.Lease{Name: "n", Owner: "o", TTL: time.Second}
 		_, err1 := tc.b.Acquire(ctx, req)
 		_, err2 := tc.b.AcquireQueued(ctx, req)
 		_, err3 := tc.b.Release(ctx, lease, "")
 		_, err4 := tc.b.Inspect(ctx, "n")
-		r := tc.b.Renew(ctx, []fencelock.Lease{lease})
+		r := tc.b.Renew(ctx, []driver.Lease{lease})
 		for _, err := range []error{err1, err2, err3, err4, r[0].Err} {
 			if !errors.Is(err, fencelock.ErrInvalid) {
 				t.Errorf("%s: %v, want ErrInvalid", tc.what, err)
@@ -147,11 +149,11 @@ func TestHoldsCountOnce(t *testing.T) {
 	admin := dial(t, server.Addr, nil)
 	ctx := ctxTimeout(t, 10*time.Second)
 	name := lockName(t)
-	req := func(hold string) fencelock.Request {
-		return fencelock.Request{Name: name, Owner: "owner", Hold: hold, TTL: sessionTimeout}
+	req := func(hold string) driver.Request {
+		return driver.Request{Name: name, Owner: "owner", Hold: hold, TTL: sessionTimeout}
 	}
-	lease := fencelock.Lease{Name: name, Owner: "owner", TTL: sessionTimeout}
-	count := func(g fencelock.Grant, err error) int {
+	lease := driver.Lease{Name: name, Owner: "owner", TTL: sessionTimeout}
+	count := func(g driver.Grant, err error) int {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
@@ -188,7 +190,7 @@ func TestHoldsCountOnce(t *testing.T) {
 	if _, err := b.Release(ctx, lease, "h1"); !errors.Is(err, fencelock.ErrNotHeld) {
 		t.Fatalf("release of a free lock: %v", err)
 	}
-	if r := b.Renew(ctx, []fencelock.Lease{lease}); !errors.Is(r[0].Err, fencelock.ErrNotHeld) {
+	if r := b.Renew(ctx, []driver.Lease{lease}); !errors.Is(r[0].Err, fencelock.ErrNotHeld) {
 		t.Fatalf("renew of a free lock: %+v", r[0])
 	}
 }
@@ -202,28 +204,28 @@ func TestRenew(t *testing.T) {
 	admin := dial(t, server.Addr, nil)
 	ctx := ctxTimeout(t, 20*time.Second)
 	name := lockName(t)
-	req := fencelock.Request{Name: name, Owner: "owner", TTL: sessionTimeout}
-	lease := fencelock.Lease{Name: name, Owner: "owner", TTL: sessionTimeout}
+	req := driver.Request{Name: name, Owner: "owner", TTL: sessionTimeout}
+	lease := driver.Lease{Name: name, Owner: "owner", TTL: sessionTimeout}
 	if _, err := b.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if r := b.Renew(ctx, []fencelock.Lease{lease, {Name: name, Owner: "someone else"}}); r[0].Err != nil || r[0].Validity != sessionTimeout || !errors.Is(r[1].Err, fencelock.ErrNotHeld) {
+	if r := b.Renew(ctx, []driver.Lease{lease, {Name: name, Owner: "someone else"}}); r[0].Err != nil || r[0].Validity != sessionTimeout || !errors.Is(r[1].Err, fencelock.ErrNotHeld) {
 		t.Fatalf("renewals: %+v", r)
 	}
 
 	link.Cut()
 	waitFor(t, 5*time.Second, "the disconnect", func() bool { return conn.State() != zk.StateHasSession })
-	if r := b.Renew(ctx, []fencelock.Lease{lease}); !errors.Is(r[0].Err, fencelock.ErrUnavailable) {
+	if r := b.Renew(ctx, []driver.Lease{lease}); !errors.Is(r[0].Err, fencelock.ErrUnavailable) {
 		t.Fatalf("renewal while disconnected: %+v", r[0])
 	}
 	link.Restore()
 	waitFor(t, 5*time.Second, "the reconnect", func() bool { return conn.State() == zk.StateHasSession })
-	if r := b.Renew(ctx, []fencelock.Lease{lease}); r[0].Err != nil {
+	if r := b.Renew(ctx, []driver.Lease{lease}); r[0].Err != nil {
 		t.Fatalf("renewal after a short disconnect: %+v", r[0])
 	}
 
 	dropHolder(t, admin, b.Path(name))
-	if r := b.Renew(ctx, []fencelock.Lease{lease}); !errors.Is(r[0].Err, fencelock.ErrNotHeld) {
+	if r := b.Renew(ctx, []driver.Lease{lease}); !errors.Is(r[0].Err, fencelock.ErrNotHeld) {
 		t.Fatalf("renewal of a dropped lock: %+v", r[0])
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // slack is how long after its context's deadline a call may return.
@@ -21,8 +23,8 @@ func TestCallsReturnByDeadline(t *testing.T) {
 	b := newBackend(dial(t, srv.Addr, nil))
 	ctx := ctxTimeout(t, 60*time.Second)
 	name := lockName(t)
-	req := fencelock.Request{Name: name, Owner: "owner", Hold: "h", TTL: sessionTimeout}
-	lease := fencelock.Lease{Name: name, Owner: "owner", TTL: sessionTimeout}
+	req := driver.Request{Name: name, Owner: "owner", Hold: "h", TTL: sessionTimeout}
+	lease := driver.Lease{Name: name, Owner: "owner", TTL: sessionTimeout}
 	if _, err := b.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -37,14 +39,14 @@ func TestCallsReturnByDeadline(t *testing.T) {
 		call func(ctx context.Context) error
 	}{
 		{"Acquire", func(ctx context.Context) error {
-			_, err := b.Acquire(ctx, fencelock.Request{Name: name, Owner: "other", TTL: sessionTimeout})
+			_, err := b.Acquire(ctx, driver.Request{Name: name, Owner: "other", TTL: sessionTimeout})
 			return err
 		}},
 		{"AcquireQueued", func(ctx context.Context) error {
-			_, err := b.AcquireQueued(ctx, fencelock.Request{Name: name, Owner: "waiter", TTL: sessionTimeout})
+			_, err := b.AcquireQueued(ctx, driver.Request{Name: name, Owner: "waiter", TTL: sessionTimeout})
 			return err
 		}},
-		{"Renew", func(ctx context.Context) error { return b.Renew(ctx, []fencelock.Lease{lease})[0].Err }},
+		{"Renew", func(ctx context.Context) error { return b.Renew(ctx, []driver.Lease{lease})[0].Err }},
 		{"Inspect", func(ctx context.Context) error { _, err := b.Inspect(ctx, name); return err }},
 		{"List", func(ctx context.Context) error { _, err := fencelock.List(ctx, b, name); return err }},
 		{"Release", func(ctx context.Context) error { _, err := b.Release(ctx, lease, "h"); return err }},

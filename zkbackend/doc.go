@@ -28,7 +28,7 @@
 // directory stays until the name is next used.) TryObtain looks at the line first, so that a
 // held lock costs a read, not a node made and deleted: two round trips when it is free.
 //
-// Obtain waits in line (fencelock.Queue): each waiter watches only the node just ahead of it,
+// Obtain waits in line (driver.Queue): each waiter watches only the node just ahead of it,
 // so a release wakes one waiter, and the lock passes first come, first served. A waiter whose
 // context ends deletes its node and leaves the line. A waiter that had only the holder ahead
 // of it holds the lock on the watch event of the holder's deletion, with no read after it
@@ -45,7 +45,7 @@
 //
 // # Semaphores and read-write locks
 //
-// The backend keeps semaphores (fencelock.Semaphores), and so read-write locks, which are
+// The backend keeps semaphores (driver.Semaphores), and so read-write locks, which are
 // semaphores of fencelock.RWReaders permits. A semaphore's line is in the directory of its
 // name, beside the lock of that name, which it does not see: each holder and waiter has an
 // ephemeral sequential node _p_<guid>-<owner tag>-<limit>-<weight>-<sequence>, whose data is a
@@ -60,7 +60,7 @@
 // waiter of the semaphore, which costs a read each.
 //
 // The limit is that of the first node in line, which holds its permits: an acquisition of
-// another limit fails with a *fencelock.LimitError and leaves. Its node, refused, may stay a
+// another limit fails with a *driver.LimitError and leaves. Its node, refused, may stay a
 // while when its delete is lost with the connection (the removal is owed); meanwhile it holds
 // nothing, counts for nothing and names no limit, and a node behind it that agrees with the
 // first one deletes it before it is granted — only while that first node is still there, the
@@ -90,7 +90,7 @@
 //
 // A grant vouches for one session timeout from the request that made it or found the node
 // first in line — after a wait, the read made on waking — and says when that request was sent
-// (fencelock.Grant.Elapsed), so a wait longer than the TTL costs the waiter nothing. The
+// (driver.Grant.Elapsed), so a wait longer than the TTL costs the waiter nothing. The
 // Client's watchdog calls Renew, which confirms that the node is still there, through the
 // session that owns it, and vouches for one session timeout from then: after last hearing from
 // a client the server keeps its session at least that long. Use the session timeout as the TTL
@@ -99,22 +99,22 @@
 // as lost between two confirmations.
 //
 //   - A disconnect is not a loss. go-zookeeper reconnects within the session timeout and the
-//     session, its nodes and the lock survive; meanwhile Renew reports fencelock.ErrUnavailable
+//     session, its nodes and the lock survive; meanwhile Renew reports driver.ErrUnavailable
 //     and, when the validity deadline passes first, the Client ends the lock's context with
-//     fencelock.ErrLost. The server may still be keeping the lock then, until it expires the
+//     driver.ErrLost. The server may still be keeping the lock then, until it expires the
 //     session.
 //   - A session expiry is a loss. The server deletes the session's nodes, and the next waiter
 //     holds the lock. The backend notices when the session ID of the connection changes (which
 //     go-zookeeper does when the server reports the session expired): from then on Renew
-//     reports fencelock.ErrNotHeld for every lock it held, and a waiter in line under that
-//     session returns fencelock.ErrUnavailable, for the Client to queue again.
+//     reports driver.ErrNotHeld for every lock it held, and a waiter in line under that
+//     session returns driver.ErrUnavailable, for the Client to queue again.
 //   - Closing the connection is a loss. go-zookeeper tells the server, which ends the session
 //     and deletes its nodes at once: the next waiter holds the lock at once, and so every lock
 //     held through that connection is lost at once too. A Backend keeps a watch on its
 //     session, which go-zookeeper ends when the connection is closed or it learns the session
-//     expired; it is fencelock.LossWatcher, so the Client ends those locks' contexts with
-//     fencelock.ErrLost the moment the watch ends, and Renew and Release report
-//     fencelock.ErrNotHeld from then on. (A lock held without the watchdog, which the Client
+//     expired; it is driver.LossWatcher, so the Client ends those locks' contexts with
+//     driver.ErrLost the moment the watch ends, and Renew and Release report
+//     driver.ErrNotHeld from then on. (A lock held without the watchdog, which the Client
 //     neither renews nor watches, is trusted for its TTL, as the Client promises.)
 //
 // The Client stops trusting a lock no later than the server can expire its session, so an
@@ -155,7 +155,7 @@
 // may expire it. Another process cannot do that: ZooKeeper tells a client nothing of another
 // client's session but that its nodes exist at the moment it asks. So a node owned by another
 // process's session is another holder's to this one, whatever its owner: TryObtain fails with
-// fencelock.ErrNotObtained, and Obtain waits in line behind that node and holds the lock
+// driver.ErrNotObtained, and Obtain waits in line behind that node and holds the lock
 // through a node of its own once it is gone. Two processes that share an owner hold the lock one
 // after the other, not together.
 //

@@ -7,7 +7,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // A session ends for good in two ways its client can know of: the user closes the connection
@@ -18,8 +18,8 @@ import (
 // every request as a dropped one does, with zk.ErrConnectionClosed. So a Backend keeps a watch
 // on each session of its connection, from its first call under it, and every hold of that
 // session ends the moment the watch says the session has: renewals report
-// fencelock.ErrNotHeld, and the Client, which asks the Backend to push word of a loss
-// (fencelock.LossWatcher), ends the holds' contexts at once. A disconnect ends no watch:
+// driver.ErrNotHeld, and the Client, which asks the Backend to push word of a loss
+// (driver.LossWatcher), ends the holds' contexts at once. A disconnect ends no watch:
 // go-zookeeper sets them again on reconnecting, and a disconnect is no loss.
 //
 // The watch is of endAnchor, which the server keeps and never changes, so that it fires for
@@ -36,7 +36,7 @@ type sessionEnd struct {
 	done    chan struct{} // closed once the watch is no longer kept: cause says whether the session ended
 
 	mu     sync.Mutex
-	cause  error // why the session ended, matching fencelock.ErrNotHeld; nil while it lives, or when not known
+	cause  error // why the session ended, matching driver.ErrNotHeld; nil while it lives, or when not known
 	ended  bool  // done is closed
 	isSet  bool  // set is closed
 	losers map[*loser]struct{}
@@ -110,9 +110,9 @@ func (b *Backend) keepEnd(e *sessionEnd) {
 func endCause(session int64, err error) error {
 	switch err {
 	case zk.ErrClosing:
-		return fmt.Errorf("%w: the ZooKeeper connection was closed, which ended its session 0x%x and the lock nodes it owned", fencelock.ErrNotHeld, session)
+		return fmt.Errorf("%w: the ZooKeeper connection was closed, which ended its session 0x%x and the lock nodes it owned", driver.ErrNotHeld, session)
 	case zk.ErrSessionExpired:
-		return fmt.Errorf("%w: ZooKeeper session 0x%x expired, and the server deleted the lock nodes it owned", fencelock.ErrNotHeld, session)
+		return fmt.Errorf("%w: ZooKeeper session 0x%x expired, and the server deleted the lock nodes it owned", driver.ErrNotHeld, session)
 	}
 	return nil
 }
@@ -200,7 +200,7 @@ func (b *Backend) endWatched(ctx context.Context) error {
 	for try := 0; ; try++ {
 		if b.ctx.Err() != nil {
 			// Closed: no watch is kept any more, nor started.
-			return fmt.Errorf("%w: the ZooKeeper backend was closed", fencelock.ErrClosed)
+			return fmt.Errorf("%w: the ZooKeeper backend was closed", driver.ErrClosed)
 		}
 		e, _ := b.watchEnd(b.conn.SessionID())
 		select {
@@ -213,19 +213,19 @@ func (b *Backend) endWatched(ctx context.Context) error {
 		e.mu.Unlock()
 		switch {
 		case cause != nil:
-			return fmt.Errorf("%w: %v", fencelock.ErrUnavailable, cause) // not ErrNotHeld: this is no hold yet
+			return fmt.Errorf("%w: %v", driver.ErrUnavailable, cause) // not ErrNotHeld: this is no hold yet
 		case kept:
 			return nil
 		case try > 0:
-			return fmt.Errorf("%w: the end of ZooKeeper session 0x%x cannot be watched: the connection is down", fencelock.ErrUnavailable, e.session)
+			return fmt.Errorf("%w: the end of ZooKeeper session 0x%x cannot be watched: the connection is down", driver.ErrUnavailable, e.session)
 		}
 	}
 }
 
-// WatchLoss implements fencelock.LossWatcher: it tells of the end of the session that owns the
+// WatchLoss implements driver.LossWatcher: it tells of the end of the session that owns the
 // lease's lock node (see endAnchor) — the connection closed, or the session expired. A node
 // deleted otherwise (ForceRelease, an operator) is learnt from the renewals.
-func (b *Backend) WatchLoss(lease fencelock.Lease, lost func(error)) (stop func()) {
+func (b *Backend) WatchLoss(lease driver.Lease, lost func(error)) (stop func()) {
 	if b == nil || b.err != nil || b.closed.Load() {
 		return func() {}
 	}

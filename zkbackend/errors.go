@@ -7,7 +7,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // errVanished says a lock node was deleted between two calls: released, dropped, or gone with
@@ -17,18 +17,18 @@ var errVanished = errors.New("fencelock/zk: lock node vanished")
 // classify wraps a go-zookeeper error with the fencelock error that says what to do about it.
 func classify(err error) error {
 	switch {
-	case err == nil, errors.Is(err, fencelock.ErrInvalid), errors.Is(err, fencelock.ErrUnavailable):
+	case err == nil, errors.Is(err, driver.ErrInvalid), errors.Is(err, driver.ErrUnavailable):
 		return err
 	case transient(err):
-		return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 	}
 	switch err {
 	case zk.ErrBadArguments, zk.ErrInvalidPath, zk.ErrInvalidACL, zk.ErrInvalidFlags:
-		return fmt.Errorf("%w: ZooKeeper refused the request: %w", fencelock.ErrInvalid, err)
+		return fmt.Errorf("%w: ZooKeeper refused the request: %w", driver.ErrInvalid, err)
 	case zk.ErrNoAuth, zk.ErrAuthFailed:
-		return fmt.Errorf("%w: not permitted by the nodes' ACL: %w", fencelock.ErrInvalid, err)
+		return fmt.Errorf("%w: not permitted by the nodes' ACL: %w", driver.ErrInvalid, err)
 	case zk.ErrNoChildrenForEphemerals:
-		return fmt.Errorf("%w: the root or the lock's node is ephemeral, so it cannot hold lock nodes: %w", fencelock.ErrInvalid, err)
+		return fmt.Errorf("%w: the root or the lock's node is ephemeral, so it cannot hold lock nodes: %w", driver.ErrInvalid, err)
 	}
 	return fmt.Errorf("fencelock/zk: %w", err)
 }

@@ -3,17 +3,17 @@ package zkbackend
 import (
 	"context"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // AcquireRetry is the acquisition a caller makes after a create with guid whose reply was
 // lost: protection mode must find the node that create may have made.
-func (b *Backend) AcquireRetry(ctx context.Context, req fencelock.Request, guid string, queued bool) (fencelock.Grant, error) {
+func (b *Backend) AcquireRetry(ctx context.Context, req driver.Request, guid string, queued bool) (driver.Grant, error) {
 	return b.acquire(ctx, req, guid, queued, true)
 }
 
 // AcquireGUID is AcquireQueued with a chosen GUID, so that a test can recognise its requests.
-func (b *Backend) AcquireGUID(ctx context.Context, req fencelock.Request, guid string) (fencelock.Grant, error) {
+func (b *Backend) AcquireGUID(ctx context.Context, req driver.Request, guid string) (driver.Grant, error) {
 	return b.acquire(ctx, req, guid, true, false)
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // holder identifies a lock, or a permit of a semaphore, held for an owner.
@@ -57,28 +57,28 @@ func (h holding) guid() string { return parseGUID(h.path[len(parent(h.path))+1:]
 // still follows the leader, and that the session lived there (see witness). A node of another
 // session is vouched for through that session's connection, from the send of a confirmation
 // made now.
-func (b *Backend) granted(ctx context.Context, start time.Time, h holding, sent time.Time, confirmed bool) (fencelock.Grant, error) {
+func (b *Backend) granted(ctx context.Context, start time.Time, h holding, sent time.Time, confirmed bool) (driver.Grant, error) {
 	keep := b.validity
 	if h.session == b.conn.SessionID() {
 		if err := b.endWatched(ctx); err != nil {
-			return fencelock.Grant{}, err
+			return driver.Grant{}, err
 		}
 	}
 	switch {
 	case h.session != b.conn.SessionID():
 		var err error
 		if sent, keep, err = b.witness(ctx, h, nil); err != nil {
-			return fencelock.Grant{}, err
+			return driver.Grant{}, err
 		}
 	case !confirmed:
 		if err := b.sync(ctx, b.conn, h.path); err != nil {
-			return fencelock.Grant{}, classify(err)
+			return driver.Grant{}, classify(err)
 		}
 	}
 	if h.session != b.conn.SessionID() && !b.vouchable(h.session) {
-		return fencelock.Grant{}, fmt.Errorf("%w: the session that owns %s ended as its lock was granted", fencelock.ErrUnavailable, h.path)
+		return driver.Grant{}, fmt.Errorf("%w: the session that owns %s ended as its lock was granted", driver.ErrUnavailable, h.path)
 	}
-	return fencelock.Grant{Token: h.token, Count: h.data.count(), Validity: keep, Elapsed: max(0, sent.Sub(start))}, nil
+	return driver.Grant{Token: h.token, Count: h.data.count(), Validity: keep, Elapsed: max(0, sent.Sub(start))}, nil
 }
 
 // lost reports whether h's node ended with its session. go-zookeeper replaces the session ID

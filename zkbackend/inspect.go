@@ -4,16 +4,16 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Inspect implements fencelock.Backend. The holder is the first node in line; Remaining is
+// Inspect implements driver.Backend. The holder is the first node in line; Remaining is
 // zero, since a lock lasts as long as its holder's session, which no one but the server knows.
-func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, error) {
+func (b *Backend) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	if err := b.usable(ctx, name); err != nil {
-		return fencelock.Info{}, err
+		return driver.Info{}, err
 	}
-	info := fencelock.Info{Name: name}
+	info := driver.Info{Name: name}
 	for range lookTries {
 		q, err := b.queue(ctx, b.Path(name))
 		if err != nil || len(q) == 0 {
@@ -29,15 +29,15 @@ func (b *Backend) Inspect(ctx context.Context, name string) (fencelock.Info, err
 		info.Held, info.Owner, info.Count, info.Token, info.Meta = true, data.owner, data.count(), stat.Czxid, data.meta
 		return info, nil
 	}
-	return info, fmt.Errorf("%w: %q changed hands %d times while being inspected", fencelock.ErrUnavailable, name, lookTries)
+	return info, fmt.Errorf("%w: %q changed hands %d times while being inspected", driver.ErrUnavailable, name, lookTries)
 }
 
-var _ fencelock.LineLister = (*Backend)(nil)
+var _ driver.LineLister = (*Backend)(nil)
 
-// Line implements fencelock.LineLister: the lock nodes after the first, in the order of their
+// Line implements driver.LineLister: the lock nodes after the first, in the order of their
 // sequence numbers, each read for its owner and metadata; a node gone meanwhile is left out.
 // An owner with more than one node (waiters of one owner) is listed once.
-func (b *Backend) Line(ctx context.Context, name string) ([]fencelock.Info, error) {
+func (b *Backend) Line(ctx context.Context, name string) ([]driver.Info, error) {
 	if err := b.usable(ctx, name); err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func (b *Backend) Line(ctx context.Context, name string) ([]fencelock.Info, erro
 		return nil, err
 	}
 	seen := map[string]bool{head.owner: err == nil}
-	var out []fencelock.Info
+	var out []driver.Info
 	for _, e := range q[1:] {
 		data, _, err := b.read(ctx, b.Path(name)+"/"+e.name)
 		switch {
@@ -62,7 +62,7 @@ func (b *Backend) Line(ctx context.Context, name string) ([]fencelock.Info, erro
 			continue
 		}
 		seen[data.owner] = true
-		out = append(out, fencelock.Info{Name: name, Owner: data.owner, Meta: data.meta})
+		out = append(out, driver.Info{Name: name, Owner: data.owner, Meta: data.meta})
 	}
 	return out, nil
 }

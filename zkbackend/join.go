@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // node is the lock node one acquisition made: its place in line.
@@ -35,7 +35,7 @@ var createBackoff = [...]time.Duration{0, 50 * time.Millisecond, 250 * time.Mill
 // attempt of the same hold left there (left). When a create fails with the connection, its
 // node may exist all the same: join then looks for it by guid before creating again (Curator's
 // protection mode), and when it cannot tell, owes its removal rather than leave it in line.
-func (b *Backend) join(ctx context.Context, req fencelock.Request, guid string, left []owed) (*node, error) {
+func (b *Backend) join(ctx context.Context, req driver.Request, guid string, left []owed) (*node, error) {
 	dir := b.Path(req.Name)
 	data := lockData{owner: req.Owner, meta: req.Meta, holds: []string{req.Hold}}
 	stem := nodeStem(guid)
@@ -91,13 +91,13 @@ func (b *Backend) join(ctx context.Context, req fencelock.Request, guid string, 
 	if ctx.Err() != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("%w: creating the lock node of %q: %w", fencelock.ErrUnavailable, req.Name, err)
+	return nil, fmt.Errorf("%w: creating the lock node of %q: %w", driver.ErrUnavailable, req.Name, err)
 }
 
 // recover returns the first node in dir named by one of left that is this session's and holds
 // req's hold, or nil when there is none. It returns go-zookeeper's errors unwrapped, so that
 // join can tell an ambiguous outcome.
-func (b *Backend) recover(ctx context.Context, dir string, req fencelock.Request, left []owed) (*node, error) {
+func (b *Backend) recover(ctx context.Context, dir string, req driver.Request, left []owed) (*node, error) {
 	session := b.conn.SessionID()
 	var guids []string
 	for _, o := range left {
@@ -201,7 +201,7 @@ func (b *Backend) createNode(ctx context.Context, dir, stem string, data lockDat
 		}
 		return nil, err
 	}
-	return nil, fmt.Errorf("%w: the directory of %s kept vanishing", fencelock.ErrUnavailable, dir)
+	return nil, fmt.Errorf("%w: the directory of %s kept vanishing", driver.ErrUnavailable, dir)
 }
 
 // makeRoot creates the root and its ancestors as persistent nodes.

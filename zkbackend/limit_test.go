@@ -13,6 +13,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // A caller refused for its limit leaves the line; when its link is cut as it sends the delete,
@@ -47,7 +49,7 @@ func TestRefusedCallersNodeSetsNoLimit(t *testing.T) {
 		seq := request[i+len(stem) : i+len(stem)+10]
 		return bytes.IndexFunc(seq, func(r rune) bool { return r < '0' || r > '9' }) < 0 && string(seq) != "0000000000"
 	})
-	_, err = rb.AcquireGUID(ctx, fencelock.Request{Name: name, Owner: "refused", Hold: "h", TTL: longSession, Limit: 3}, guid)
+	_, err = rb.AcquireGUID(ctx, driver.Request{Name: name, Owner: "refused", Hold: "h", TTL: longSession, Limit: 3}, guid)
 	var refused *fencelock.LimitError
 	if !errors.As(err, &refused) || refused.Stored != 2 {
 		t.Fatalf("a caller of limit 3 while a permit of 2 is held: %v, want a *LimitError naming 2", err)

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // lockData is what a lock or permit node stores: the owner and the IDs of the owner's holds.
@@ -222,7 +222,7 @@ const (
 )
 
 // permitStem is nodeStem for a permit node of req.
-func permitStem(guid string, req fencelock.Request) string {
+func permitStem(guid string, req driver.Request) string {
 	return permitPrefix + guid + "-" + ownerTag(req.Owner) + "-" + strconv.Itoa(req.Limit) + "-" + strconv.Itoa(max(req.Weight, 1)) + "-"
 }
 

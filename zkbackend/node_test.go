@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 func TestDataRoundTrip(t *testing.T) {
@@ -109,13 +111,13 @@ func TestPermitData(t *testing.T) {
 
 func TestPermitNames(t *testing.T) {
 	g := newGUID()
-	req := fencelock.Request{Name: "pool", Owner: "me", Limit: 3, Weight: 2}
+	req := driver.Request{Name: "pool", Owner: "me", Limit: 3, Weight: 2}
 	name := permitStem(g, req) + "0000000007"
 	e, ok := parseEntry(name)
 	if !ok || !e.permit() || e.guid != g || e.limit != 3 || e.weight != 2 || e.seq != 7 || e.tag != ownerTag("me") {
 		t.Fatalf("parseEntry(%q) = %+v, %v", name, e, ok)
 	}
-	bad := permitStem(g, fencelock.Request{Limit: 3, Weight: 2})
+	bad := permitStem(g, driver.Request{Limit: 3, Weight: 2})
 	for _, n := range []string{
 		bad[:len(bad)-1] + "0000000001",                          // no separator before the sequence
 		strings.Replace(bad, "-3-2-", "-2-3-", 1) + "0000000001", // weight above the limit

@@ -8,7 +8,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // CloseTimeout bounds Close: how long it waits for the work the Backend owes and for its
@@ -260,7 +260,7 @@ func (b *Backend) clear(ctx context.Context, o owed) (bool, <-chan struct{}) {
 	if o.permit && o.guid == "" {
 		h, err := b.permitOf(ctx, o.holder, o.hold)
 		if err != nil {
-			return errors.Is(err, fencelock.ErrNotHeld) || errors.Is(err, fencelock.ErrInvalid), nil
+			return errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrInvalid), nil
 		}
 		o.guid = h.guid()
 	}
@@ -290,12 +290,12 @@ func (b *Backend) clear(ctx context.Context, o owed) (bool, <-chan struct{}) {
 	case err == errVanished:
 		return true, nil
 	case err != nil:
-		return errors.Is(err, fencelock.ErrInvalid), nil
+		return errors.Is(err, driver.ErrInvalid), nil
 	case data.owner != o.owner:
 		return true, nil // first in line is another owner: the release has nothing to act on
 	}
 	_, err = b.releaseNode(ctx, o.holder, path, o.hold, data, stat.Version, true)
-	return err == nil || err == errVanished || errors.Is(err, fencelock.ErrInvalid), inFlight(err)
+	return err == nil || err == errVanished || errors.Is(err, driver.ErrInvalid), inFlight(err)
 }
 
 func first(q []entry) (entry, bool) {

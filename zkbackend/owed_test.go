@@ -11,6 +11,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // longSession outlasts the outages of these tests: go-zookeeper redials a lone server only
@@ -87,7 +89,7 @@ func TestOwedRemovalSparesAdoptedNode(t *testing.T) {
 	ctx := ctxTimeout(t, 60*time.Second)
 	name := lockName(t)
 	dir := b.Path(name)
-	req := fencelock.Request{Name: name, Owner: "owner", TTL: longSession}
+	req := driver.Request{Name: name, Owner: "owner", TTL: longSession}
 	// With the root missing the lost create would fail on the server, and leave nothing.
 	if _, err := admin.Create("/fencelock", nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
 		t.Fatal(err)
@@ -116,7 +118,7 @@ func TestOwedRemovalSparesAdoptedNode(t *testing.T) {
 	made := stat.Czxid
 
 	retry := make(chan error, 1)
-	var g fencelock.Grant
+	var g driver.Grant
 	go func() {
 		var err error
 		g, err = b.AcquireQueued(ctx, req)
@@ -136,11 +138,11 @@ func TestOwedRemovalSparesAdoptedNode(t *testing.T) {
 	taken := time.Now()
 
 	// The Backend's next call, on another lock, gives owed work its chance.
-	side := fencelock.Request{Name: name + "-side", Owner: "owner", TTL: longSession}
+	side := driver.Request{Name: name + "-side", Owner: "owner", TTL: longSession}
 	if _, err := b.Acquire(ctx, side); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Release(ctx, fencelock.Lease{Name: side.Name, Owner: side.Owner}, ""); err != nil {
+	if _, err := b.Release(ctx, driver.Lease{Name: side.Name, Owner: side.Owner}, ""); err != nil {
 		t.Fatal(err)
 	}
 	for time.Since(taken) < 2*time.Second {
@@ -151,7 +153,7 @@ func TestOwedRemovalSparesAdoptedNode(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if n, err := b.Release(ctx, fencelock.Lease{Name: name, Owner: req.Owner}, ""); n != 0 || err != nil {
+	if n, err := b.Release(ctx, driver.Lease{Name: name, Owner: req.Owner}, ""); n != 0 || err != nil {
 		t.Fatalf("release: %d %v", n, err)
 	}
 }
@@ -164,8 +166,8 @@ func TestCloseWaitsForOwedRelease(t *testing.T) {
 	admin := dial(t, server.Addr, nil)
 	ctx := ctxTimeout(t, 60*time.Second)
 	name := lockName(t)
-	req := fencelock.Request{Name: name, Owner: "owner", Hold: "h", TTL: longSession}
-	lease := fencelock.Lease{Name: name, Owner: "owner", TTL: longSession}
+	req := driver.Request{Name: name, Owner: "owner", Hold: "h", TTL: longSession}
+	lease := driver.Lease{Name: name, Owner: "owner", TTL: longSession}
 
 	b := zkbackend.New(conn, zkbackend.WithSessionTimeout(longSession))
 	if _, err := b.Acquire(ctx, req); err != nil {

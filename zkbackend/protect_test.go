@@ -6,9 +6,10 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // After a create whose reply was lost, the retry finds the node that create made, by its
@@ -22,7 +23,7 @@ func TestRetryFindsItsNodeByGUID(t *testing.T) {
 		name := lockName(t) + map[bool]string{true: "-made", false: "-not-made"}[made]
 		dir := b.Path(name)
 		guid := zkbackend.NewGUID()
-		req := fencelock.Request{Name: name, Owner: "owner", Hold: "h", TTL: sessionTimeout}
+		req := driver.Request{Name: name, Owner: "owner", Hold: "h", TTL: sessionTimeout}
 		var czxid int64
 		if made {
 			// What the lost create did, under the same session.
@@ -53,7 +54,7 @@ func TestRetryFindsItsNodeByGUID(t *testing.T) {
 		if made && (g.Token != czxid || g.Count != 1) {
 			t.Fatalf("grant %+v, want the node made before (czxid %d)", g, czxid)
 		}
-		if n, err := b.Release(ctx, fencelock.Lease{Name: name, Owner: "owner"}, "h"); n != 0 || err != nil {
+		if n, err := b.Release(ctx, driver.Lease{Name: name, Owner: "owner"}, "h"); n != 0 || err != nil {
 			t.Fatalf("release: %d %v", n, err)
 		}
 		if exists(t, conn, dir) {
@@ -82,7 +83,7 @@ func TestConnectionLossDuringCreate(t *testing.T) {
 	guid := zkbackend.NewGUID()
 	link.LoseReply([]byte(guid))
 	start := time.Now()
-	g, err := b.AcquireGUID(ctx, fencelock.Request{Name: name, Owner: "owner", Hold: "h", TTL: sessionTimeout}, guid)
+	g, err := b.AcquireGUID(ctx, driver.Request{Name: name, Owner: "owner", Hold: "h", TTL: sessionTimeout}, guid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestConnectionLossDuringCreate(t *testing.T) {
 	if made := time.UnixMilli(stat.Ctime).Sub(start); made > took/2 {
 		t.Fatalf("the node was made %v after the first create was sent (the call took %v): it is a second create's, not the lost one's", made, took)
 	}
-	if n, err := b.Release(ctx, fencelock.Lease{Name: name, Owner: "owner"}, "h"); n != 0 || err != nil {
+	if n, err := b.Release(ctx, driver.Lease{Name: name, Owner: "owner"}, "h"); n != 0 || err != nil {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	if exists(t, admin, dir) || b.Owed() != 0 {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // leaveGrace is how long a waiter whose context ended still waits for the deletion of its
@@ -21,7 +21,7 @@ const leaveGrace = 25 * time.Millisecond
 // await holds the lock once n is first in line. Queued, it waits for that, watching only the
 // node just ahead of n, so that a release wakes one waiter, not the whole line. Not queued, it
 // takes n out of line again when n is not first.
-func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Request, n *node, queued bool) (fencelock.Grant, holding, error) {
+func (b *Backend) await(ctx context.Context, start time.Time, req driver.Request, n *node, queued bool) (driver.Grant, holding, error) {
 	k := keyOf(req.Name, req.Owner, 0)
 	if n.first {
 		return b.seize(ctx, start, k, n, n.sent, true)
@@ -48,7 +48,7 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 		n.crowded = len(q) > 1 // others keep the directory: see remove
 		switch {
 		case i < 0:
-			return fencelock.Grant{}, holding{}, fmt.Errorf("%w: the lock node %s vanished while in line: its session expired, or someone deleted it", fencelock.ErrUnavailable, n.path)
+			return driver.Grant{}, holding{}, fmt.Errorf("%w: the lock node %s vanished while in line: its session expired, or someone deleted it", driver.ErrUnavailable, n.path)
 		case i == 0 && made:
 			return b.seizeOnCreate(ctx, start, k, n, woke)
 		case i == 0 && synced != nil:
@@ -84,12 +84,12 @@ func (b *Backend) await(ctx context.Context, start time.Time, req fencelock.Requ
 			_, _, _ = b.leave(ctx, k, n, nil)
 			return g, h, err
 		case !queued:
-			return b.leave(ctx, k, n, &fencelock.HeldError{Name: req.Name})
+			return b.leave(ctx, k, n, &driver.HeldError{Name: req.Name})
 		}
 		deleted, err := b.waitTurn(ctx, req.Name, dir+"/"+q[i-1].name, head.watch, head.turn)
 		switch {
 		case errors.Is(err, errSessionGone):
-			return fencelock.Grant{}, holding{}, err // n went with the session
+			return driver.Grant{}, holding{}, err // n went with the session
 		case err != nil:
 			return b.leave(ctx, k, n, err)
 		case deleted && i == 1 && b.standsOnCreate(n):
@@ -127,7 +127,7 @@ type firstInLine struct {
 // the waiter enters its node, as a later acquisition of the owner would, rather than wait
 // behind its own owner. That node does not change when it comes first; the going of the
 // node first in line is what tells.
-func (b *Backend) ahead(ctx context.Context, dir string, q []entry, i int, req fencelock.Request, queued bool) (firstInLine, error) {
+func (b *Backend) ahead(ctx context.Context, dir string, q []entry, i int, req driver.Request, queued bool) (firstInLine, error) {
 	path := dir + "/" + q[0].name
 	sent := time.Now()
 	var f firstInLine
@@ -157,7 +157,7 @@ func (b *Backend) ahead(ctx context.Context, dir string, q []entry, i int, req f
 			f.turn = w
 		}
 		if data, err = decodeData(raw); err != nil {
-			return f, fmt.Errorf("%w: %s: %w", fencelock.ErrInvalid, path, err)
+			return f, fmt.Errorf("%w: %s: %w", driver.ErrInvalid, path, err)
 		}
 	} else if data, stat, err = b.read(ctx, path); err != nil {
 		return f, err
@@ -210,7 +210,7 @@ func watchEnded(name string, ev zk.Event) error {
 	if ev.Err == nil {
 		return nil
 	}
-	return fmt.Errorf("%w: waiting for %q: %w: %w", fencelock.ErrUnavailable, name, errSessionGone, ev.Err)
+	return fmt.Errorf("%w: waiting for %q: %w: %w", driver.ErrUnavailable, name, errSessionGone, ev.Err)
 }
 
 // syncAsync syncs the connection's server with the leader, and sends the outcome on the
@@ -230,7 +230,7 @@ func (b *Backend) syncAsync(path string) <-chan error {
 func (b *Backend) readOwn(ctx context.Context, n *node) error {
 	data, stat, err := b.read(ctx, n.path)
 	if err == errVanished {
-		return fmt.Errorf("%w: the lock node %s vanished while in line", fencelock.ErrUnavailable, n.path)
+		return fmt.Errorf("%w: the lock node %s vanished while in line", driver.ErrUnavailable, n.path)
 	}
 	if err != nil {
 		return err
@@ -241,7 +241,7 @@ func (b *Backend) readOwn(ctx context.Context, n *node) error {
 
 // seize records n, first in line as the request sent at sent found it, as the owner's lock
 // node; confirmed is as for granted.
-func (b *Backend) seize(ctx context.Context, start time.Time, k holder, n *node, sent time.Time, confirmed bool) (fencelock.Grant, holding, error) {
+func (b *Backend) seize(ctx context.Context, start time.Time, k holder, n *node, sent time.Time, confirmed bool) (driver.Grant, holding, error) {
 	if n.stat == nil {
 		if err := b.readOwn(ctx, n); err != nil {
 			return b.leave(ctx, k, n, err)
@@ -259,7 +259,7 @@ func (b *Backend) seize(ctx context.Context, start time.Time, k holder, n *node,
 
 // seizeSynced is seize after a wait in line, once the sync sent with the read that found n's
 // turn (at sent) is answered: the grant rests on both.
-func (b *Backend) seizeSynced(ctx context.Context, start time.Time, k holder, n *node, sent time.Time, synced <-chan error) (fencelock.Grant, holding, error) {
+func (b *Backend) seizeSynced(ctx context.Context, start time.Time, k holder, n *node, sent time.Time, synced <-chan error) (driver.Grant, holding, error) {
 	var err error
 	select {
 	case err = <-synced:
@@ -276,7 +276,7 @@ func (b *Backend) seizeSynced(ctx context.Context, start time.Time, k holder, n 
 
 // seizeOnCreate is seize of n on the create that made it (see standsOnCreate); waited says a
 // wait in line came before.
-func (b *Backend) seizeOnCreate(ctx context.Context, start time.Time, k holder, n *node, waited bool) (fencelock.Grant, holding, error) {
+func (b *Backend) seizeOnCreate(ctx context.Context, start time.Time, k holder, n *node, waited bool) (driver.Grant, holding, error) {
 	g, h, err := b.seize(ctx, start, k, n, n.sent, true)
 	g.Waited = waited && err == nil
 	return g, h, err
@@ -285,11 +285,11 @@ func (b *Backend) seizeOnCreate(ctx context.Context, start time.Time, k holder, 
 // leave takes n out of line and returns cause. A waiter whose context ended still waits
 // leaveGrace for it; when n cannot be removed by then, its removal is owed: a node left in
 // line would reach its head and hold the lock for no one.
-func (b *Backend) leave(ctx context.Context, k holder, n *node, cause error) (fencelock.Grant, holding, error) {
+func (b *Backend) leave(ctx context.Context, k holder, n *node, cause error) (driver.Grant, holding, error) {
 	o := owed{holder: k, hold: n.hold, guid: parseGUID(n.name), session: n.session}
 	if b.conn.State() != zk.StateHasSession {
 		b.owe(o)
-		return fencelock.Grant{}, holding{}, cause
+		return driver.Grant{}, holding{}, cause
 	}
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
@@ -297,14 +297,14 @@ func (b *Backend) leave(ctx context.Context, k holder, n *node, cause error) (fe
 		defer cancel()
 	}
 	_, err := b.releaseNode(ctx, k, n.path, n.hold, n.data, n.version, false)
-	if err != nil && err != errVanished && !errors.Is(err, fencelock.ErrInvalid) {
+	if err != nil && err != errVanished && !errors.Is(err, driver.ErrInvalid) {
 		o.pending = inFlight(err)
 		b.owe(o)
 		if cause == nil {
 			cause = err
 		}
 	}
-	return fencelock.Grant{}, holding{}, cause
+	return driver.Grant{}, holding{}, cause
 }
 
 func parseGUID(name string) string {

@@ -14,6 +14,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Waiters obtain the lock in the order they queued, and one that gives up in the middle of
@@ -208,7 +210,7 @@ func TestNodeLeftByAFailedLeaveIsRemoved(t *testing.T) {
 	wctx, giveUp := context.WithCancel(ctx)
 	waited := make(chan error, 1)
 	go func() {
-		_, err := b.AcquireQueued(wctx, fencelock.Request{Name: name, Owner: "waiter", Hold: "h", TTL: session})
+		_, err := b.AcquireQueued(wctx, driver.Request{Name: name, Owner: "waiter", Hold: "h", TTL: session})
 		waited <- err
 	}()
 	waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, dir)) == 2 })
@@ -282,7 +284,7 @@ func TestLongWaitKeepsItsPlace(t *testing.T) {
 	}
 	// The third waiter calls the backend itself, to see what its grant says.
 	direct := newBackend(dial(t, server.Addr, nil))
-	var grant fencelock.Grant
+	var grant driver.Grant
 	var began time.Time // guarded by mu
 	wg.Go(func() {
 		// Stamped here, not before wg.Go: the start that Elapsed counts from comes after it,
@@ -291,7 +293,7 @@ func TestLongWaitKeepsItsPlace(t *testing.T) {
 		mu.Lock()
 		began = time.Now()
 		mu.Unlock()
-		g, err := direct.AcquireQueued(ctx, fencelock.Request{Name: name, Owner: "direct", TTL: sessionTimeout})
+		g, err := direct.AcquireQueued(ctx, driver.Request{Name: name, Owner: "direct", TTL: sessionTimeout})
 		if err != nil {
 			t.Error(err)
 			order <- -1
@@ -301,7 +303,7 @@ func TestLongWaitKeepsItsPlace(t *testing.T) {
 		grant = g
 		mu.Unlock()
 		hold(2, func() error {
-			_, err := direct.Release(ctx, fencelock.Lease{Name: name, Owner: "direct"}, "")
+			_, err := direct.Release(ctx, driver.Lease{Name: name, Owner: "direct"}, "")
 			return err
 		})
 	})

@@ -7,19 +7,19 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Release implements fencelock.Backend. It acts only on the first node in line, and only when
+// Release implements driver.Backend. It acts only on the first node in line, and only when
 // that node names lease.Owner (for a permit, only on a node of lease.Owner that holds its
 // permits); the last hold deletes the node, and the directory with it when no one else is in
 // line.
 //
 // A release that cannot be confirmed — the connection is down, or ctx ends first — returns an
-// error matching fencelock.ErrUnavailable or ctx's error, and is owed: the Backend makes it
+// error matching driver.ErrUnavailable or ctx's error, and is owed: the Backend makes it
 // once the session is back, since the node would otherwise hold the lock for no one as long as
 // the session lasts. Close waits for it.
-func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold string) (int, error) {
+func (b *Backend) Release(ctx context.Context, lease driver.Lease, hold string) (int, error) {
 	if err := b.usable(ctx, lease.Name); err != nil {
 		return 0, err
 	}
@@ -29,17 +29,17 @@ func (b *Backend) Release(ctx context.Context, lease fencelock.Lease, hold strin
 	if cached && b.lost(h) {
 		// Its node ended with the session: nothing is left to release, or owed.
 		b.forget(k, h.path)
-		return 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node of %q ended: it expired, or its connection was closed", fencelock.ErrNotHeld, lease.Name)
+		return 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node of %q ended: it expired, or its connection was closed", driver.ErrNotHeld, lease.Name)
 	}
 	if cached {
 		o.guid, o.session = h.guid(), h.session
 	}
 	if s := b.conn.State(); s != zk.StateHasSession {
 		b.owe(o)
-		return 0, fmt.Errorf("%w: no ZooKeeper session (connection %v): the release of %q is owed, to be made once the session is back", fencelock.ErrUnavailable, s, lease.Name)
+		return 0, fmt.Errorf("%w: no ZooKeeper session (connection %v): the release of %q is owed, to be made once the session is back", driver.ErrUnavailable, s, lease.Name)
 	}
 	n, err := b.release(ctx, k, hold, lease.Token, h, cached, &o)
-	if err != nil && !errors.Is(err, fencelock.ErrNotHeld) && !errors.Is(err, fencelock.ErrInvalid) {
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) && !errors.Is(err, driver.ErrInvalid) {
 		o.pending = inFlight(err)
 		b.owe(o)
 	}
@@ -66,7 +66,7 @@ func (b *Backend) release(ctx context.Context, k holder, hold string, token int6
 		}
 		if k.permit {
 			h, err := b.permitOf(ctx, k, hold)
-			if errors.Is(err, fencelock.ErrNotHeld) {
+			if errors.Is(err, driver.ErrNotHeld) {
 				// Released already, maybe: the owner's node says how many holds are left.
 				h, err = b.permitOf(ctx, k, "")
 			}
@@ -88,7 +88,7 @@ func (b *Backend) release(ctx context.Context, k holder, hold string, token int6
 			return 0, err
 		}
 		if len(q) == 0 {
-			return 0, fmt.Errorf("%w: %q is not held", fencelock.ErrNotHeld, k.name)
+			return 0, fmt.Errorf("%w: %q is not held", driver.ErrNotHeld, k.name)
 		}
 		path := dir + "/" + q[0].name
 		data, stat, err := b.read(ctx, path)
@@ -99,7 +99,7 @@ func (b *Backend) release(ctx context.Context, k holder, hold string, token int6
 			return 0, err
 		}
 		if data.owner != k.owner {
-			return 0, fmt.Errorf("%w: %q is held by another owner", fencelock.ErrNotHeld, k.name)
+			return 0, fmt.Errorf("%w: %q is held by another owner", driver.ErrNotHeld, k.name)
 		}
 		if token != 0 && stat.Czxid != token {
 			return 0, laterNode(k)
@@ -111,12 +111,12 @@ func (b *Backend) release(ctx context.Context, k holder, hold string, token int6
 		}
 		return n, err
 	}
-	return 0, fmt.Errorf("%w: %q changed hands %d times while being released", fencelock.ErrUnavailable, k.name, lookTries)
+	return 0, fmt.Errorf("%w: %q changed hands %d times while being released", driver.ErrUnavailable, k.name, lookTries)
 }
 
 // laterNode is the error of a release whose hold was of an earlier node of its owner.
 func laterNode(k holder) error {
-	return fmt.Errorf("%w: the owner's lock node of %q is a later one: the node of this hold is gone", fencelock.ErrNotHeld, k.name)
+	return fmt.Errorf("%w: the owner's lock node of %q is a later one: the node of this hold is gone", driver.ErrNotHeld, k.name)
 }
 
 // releaseNode takes hold out of the lock node at path, whose data and version the caller last
@@ -192,18 +192,18 @@ func (b *Backend) remove(ctx context.Context, path string, version int32, crowde
 	return err
 }
 
-var _ fencelock.Publisher = (*Backend)(nil)
+var _ driver.Publisher = (*Backend)(nil)
 
-// Publish implements fencelock.Publisher: the metadata in the owner's lock node, first in line
+// Publish implements driver.Publisher: the metadata in the owner's lock node, first in line
 // and made at lease.Token, is replaced by a write of the version read, which fires the watches
 // of WatchHolder. A write that met another (a renewal, a re-entry) reads the node again. A
 // permit's metadata cannot be changed.
-func (b *Backend) Publish(ctx context.Context, lease fencelock.Lease, meta string) error {
+func (b *Backend) Publish(ctx context.Context, lease driver.Lease, meta string) error {
 	if err := b.usable(ctx, lease.Name); err != nil {
 		return err
 	}
 	if lease.Limit > 0 {
-		return fmt.Errorf("%w: the metadata of a semaphore's permit cannot be changed", fencelock.ErrInvalid)
+		return fmt.Errorf("%w: the metadata of a semaphore's permit cannot be changed", driver.ErrInvalid)
 	}
 	k := keyOf(lease.Name, lease.Owner, 0)
 	for range lookTries {
@@ -221,12 +221,12 @@ func (b *Backend) Publish(ctx context.Context, lease fencelock.Lease, meta strin
 		case err == zk.ErrBadVersion:
 			continue // written meanwhile: read it again
 		case err == zk.ErrNoNode:
-			return fmt.Errorf("%w: %q is no longer held by this owner in ZooKeeper", fencelock.ErrNotHeld, lease.Name)
+			return fmt.Errorf("%w: %q is no longer held by this owner in ZooKeeper", driver.ErrNotHeld, lease.Name)
 		case err != nil:
 			return classify(err)
 		}
 		b.update(k, h.path, data, stat.Version)
 		return nil
 	}
-	return fmt.Errorf("%w: %q was written %d times while its metadata was being replaced", fencelock.ErrUnavailable, lease.Name, lookTries)
+	return fmt.Errorf("%w: %q was written %d times while its metadata was being replaced", driver.ErrUnavailable, lease.Name, lookTries)
 }

@@ -7,17 +7,17 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
-// Renew implements fencelock.Backend. Nothing needs extending: a lock lives as long as the
+// Renew implements driver.Backend. Nothing needs extending: a lock lives as long as the
 // session that owns its node, which go-zookeeper keeps alive with its pings. Renew confirms
 // instead, through that session's connection, that the session lives and the node is still
 // there (witness), and vouches for the lock for one session timeout from the start of the
 // call: the server cannot expire the session sooner after hearing from it. Each connection is
 // synced with the leader once per call.
-func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelock.Renewal {
-	out := make([]fencelock.Renewal, len(leases))
+func (b *Backend) Renew(ctx context.Context, leases []driver.Lease) []driver.Renewal {
+	out := make([]driver.Renewal, len(leases))
 	synced := make(map[*zk.Conn]time.Time)
 	for i, l := range leases {
 		out[i].Validity, out[i].Err = b.renew(ctx, l, synced)
@@ -25,7 +25,7 @@ func (b *Backend) Renew(ctx context.Context, leases []fencelock.Lease) []fencelo
 	return out
 }
 
-func (b *Backend) renew(ctx context.Context, l fencelock.Lease, synced map[*zk.Conn]time.Time) (time.Duration, error) {
+func (b *Backend) renew(ctx context.Context, l driver.Lease, synced map[*zk.Conn]time.Time) (time.Duration, error) {
 	if err := b.usable(ctx, l.Name); err != nil {
 		return 0, err
 	}
@@ -33,7 +33,7 @@ func (b *Backend) renew(ctx context.Context, l fencelock.Lease, synced map[*zk.C
 	h, ok := b.holding(k)
 	if ok && b.lost(h) {
 		b.forget(k, h.path)
-		return 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node of %q ended: it expired, or its connection was closed", fencelock.ErrNotHeld, l.Name)
+		return 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node of %q ended: it expired, or its connection was closed", driver.ErrNotHeld, l.Name)
 	}
 	if !ok {
 		// Not known here (another Backend made the node for the same owner): look.
@@ -52,7 +52,7 @@ func (b *Backend) renew(ctx context.Context, l fencelock.Lease, synced map[*zk.C
 	switch {
 	case err == errVanished:
 		b.forget(k, h.path)
-		return 0, fmt.Errorf("%w: %q is no longer held by this owner in ZooKeeper", fencelock.ErrNotHeld, l.Name)
+		return 0, fmt.Errorf("%w: %q is no longer held by this owner in ZooKeeper", driver.ErrNotHeld, l.Name)
 	case err != nil:
 		return 0, err
 	}
@@ -81,5 +81,5 @@ func (b *Backend) headOf(ctx context.Context, k holder) (holding, error) {
 			return holdingOf(path, data, stat, sent), nil
 		}
 	}
-	return holding{}, fmt.Errorf("%w: %q is no longer held by this owner in ZooKeeper", fencelock.ErrNotHeld, k.name)
+	return holding{}, fmt.Errorf("%w: %q is no longer held by this owner in ZooKeeper", driver.ErrNotHeld, k.name)
 }

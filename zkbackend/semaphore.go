@@ -10,10 +10,10 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
-var _ fencelock.Semaphores = (*Backend)(nil)
+var _ driver.Semaphores = (*Backend)(nil)
 
 // A semaphore of limit L is a line as a lock's is, in the same directory <root>/<name>: each
 // holder and waiter has an ephemeral sequential permit node (see permitStem), and a node holds
@@ -22,7 +22,7 @@ var _ fencelock.Semaphores = (*Backend)(nil)
 // the line, and a node's weight never grows. A node's czxid is its permit's fencing token.
 //
 // The limit is the first node's: it holds its permits, and every node that holds after it
-// agreed with it. An acquisition of another limit fails with a *fencelock.LimitError and
+// agreed with it. An acquisition of another limit fails with a *driver.LimitError and
 // leaves; its node, until it has gone, is refused: it holds nothing, waits for nothing and
 // sets no limit. Nodes read the line after they joined, so of two that disagree the younger
 // one always sees the older one, and leaves. A refused node may stay a while: its delete can
@@ -31,20 +31,20 @@ var _ fencelock.Semaphores = (*Backend)(nil)
 // refused node are gone, it can never stand first and name the limit of the holders behind it.
 
 // checkPermit says why req cannot ask for a permit.
-func checkPermit(req fencelock.Request) error {
+func checkPermit(req driver.Request) error {
 	switch {
 	case req.Limit > math.MaxInt32:
-		return fmt.Errorf("%w: semaphore %q: limit %d: want at most %d", fencelock.ErrInvalid, req.Name, req.Limit, math.MaxInt32)
+		return fmt.Errorf("%w: semaphore %q: limit %d: want at most %d", driver.ErrInvalid, req.Name, req.Limit, math.MaxInt32)
 	case req.Weight < 0 || req.Weight > req.Limit:
-		return fmt.Errorf("%w: semaphore %q: weight %d: want 1 to the limit, %d", fencelock.ErrInvalid, req.Name, req.Weight, req.Limit)
+		return fmt.Errorf("%w: semaphore %q: weight %d: want 1 to the limit, %d", driver.ErrInvalid, req.Name, req.Weight, req.Limit)
 	}
 	return nil
 }
 
 // attemptPermit is attempt for a permit of the semaphore req.Name.
-func (b *Backend) attemptPermit(ctx context.Context, start time.Time, req fencelock.Request, guid string, queued bool, left []owed) (fencelock.Grant, holding, error) {
+func (b *Backend) attemptPermit(ctx context.Context, start time.Time, req driver.Request, guid string, queued bool, left []owed) (driver.Grant, holding, error) {
 	if err := checkPermit(req); err != nil {
-		return fencelock.Grant{}, holding{}, err
+		return driver.Grant{}, holding{}, err
 	}
 	k := keyOf(req.Name, req.Owner, req.Limit)
 	dir := b.Path(req.Name)
@@ -56,15 +56,15 @@ func (b *Backend) attemptPermit(ctx context.Context, start time.Time, req fencel
 			// Look before joining, as for a lock: all permits held then cost a read.
 			q, err := b.permits(ctx, dir, false)
 			if err != nil {
-				return fencelock.Grant{}, holding{}, err
+				return driver.Grant{}, holding{}, err
 			}
 			if err := agree(req, q); err != nil {
-				return fencelock.Grant{}, holding{}, err
+				return driver.Grant{}, holding{}, err
 			}
 			h, ok, err := b.ownPermit(ctx, dir, q, req.Owner, "")
 			switch {
 			case err != nil:
-				return fencelock.Grant{}, holding{}, err
+				return driver.Grant{}, holding{}, err
 			case ok:
 				g, h, err := b.enter(ctx, start, k, h, req, true)
 				if err == errVanished {
@@ -74,25 +74,25 @@ func (b *Backend) attemptPermit(ctx context.Context, start time.Time, req fencel
 			}
 			fit, _, err := b.fits(ctx, dir, append(q, entry{limit: req.Limit, weight: max(req.Weight, 1)}), len(q), false)
 			if err != nil {
-				return fencelock.Grant{}, holding{}, err
+				return driver.Grant{}, holding{}, err
 			}
 			if !fit {
-				return fencelock.Grant{}, holding{}, &fencelock.HeldError{Name: req.Name, Limit: req.Limit}
+				return driver.Grant{}, holding{}, &driver.HeldError{Name: req.Name, Limit: req.Limit}
 			}
 		}
 		n, err := b.join(ctx, req, guid, left)
 		if err != nil {
-			return fencelock.Grant{}, holding{}, err
+			return driver.Grant{}, holding{}, err
 		}
 		return b.awaitPermit(ctx, start, req, n, queued)
 	}
-	return fencelock.Grant{}, holding{}, fmt.Errorf("%w: %q changed hands %d times while being acquired", fencelock.ErrUnavailable, req.Name, lookTries)
+	return driver.Grant{}, holding{}, fmt.Errorf("%w: %q changed hands %d times while being acquired", driver.ErrUnavailable, req.Name, lookTries)
 }
 
 // agree says whether req's limit is the semaphore's: that of the first node in q, if any.
-func agree(req fencelock.Request, q []entry) error {
+func agree(req driver.Request, q []entry) error {
 	if len(q) > 0 && q[0].limit != req.Limit {
-		return &fencelock.LimitError{Name: req.Name, Limit: req.Limit, Stored: q[0].limit}
+		return &driver.LimitError{Name: req.Name, Limit: req.Limit, Stored: q[0].limit}
 	}
 	return nil
 }
@@ -133,7 +133,7 @@ func (b *Backend) dropRefused(ctx context.Context, dir string, head entry, r []e
 // awaitPermit holds the permit once n's permits and those of every node before it fit in the
 // limit. Queued, it waits for that, watching the line and the nodes ahead that may give permits
 // back; not queued, it takes n out of line again when they do not fit.
-func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fencelock.Request, n *node, queued bool) (fencelock.Grant, holding, error) {
+func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req driver.Request, n *node, queued bool) (driver.Grant, holding, error) {
 	k := keyOf(req.Name, req.Owner, req.Limit)
 	if n.first {
 		// Made with the directory: alone in line, and its weight is at most the limit.
@@ -159,9 +159,9 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fenceloc
 		n.crowded = len(q) > 1 // others keep the directory: see remove
 		if i < 0 {
 			if err := agree(req, q); err != nil {
-				return fencelock.Grant{}, holding{}, err // removed as refused by a node behind it
+				return driver.Grant{}, holding{}, err // removed as refused by a node behind it
 			}
-			return fencelock.Grant{}, holding{}, fmt.Errorf("%w: the permit node %s vanished while in line: its session expired, or someone deleted it", fencelock.ErrUnavailable, n.path)
+			return driver.Grant{}, holding{}, fmt.Errorf("%w: the permit node %s vanished while in line: its session expired, or someone deleted it", driver.ErrUnavailable, n.path)
 		}
 		if err := agree(req, q[:i]); err != nil {
 			return b.leave(ctx, k, n, err)
@@ -200,7 +200,7 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fenceloc
 		case fit:
 			return b.seize(ctx, start, k, n, sent, false)
 		case !queued:
-			return b.leave(ctx, k, n, &fencelock.HeldError{Name: req.Name, Limit: req.Limit})
+			return b.leave(ctx, k, n, &driver.HeldError{Name: req.Name, Limit: req.Limit})
 		}
 		if !told {
 			told = true
@@ -208,7 +208,7 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fenceloc
 		}
 		if err := waitAny(ctx, req.Name, append(gave, changed)); err != nil {
 			if err == errSessionGone {
-				return fencelock.Grant{}, holding{}, fmt.Errorf("%w: waiting for a permit of %q: %w", fencelock.ErrUnavailable, req.Name, err)
+				return driver.Grant{}, holding{}, fmt.Errorf("%w: waiting for a permit of %q: %w", driver.ErrUnavailable, req.Name, err)
 			}
 			return b.leave(ctx, k, n, err)
 		}
@@ -223,7 +223,7 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req fenceloc
 func (b *Backend) fits(ctx context.Context, dir string, q []entry, i int, watch bool) (bool, []<-chan zk.Event, error) {
 	limit := q[i].limit
 	if q[0].limit != limit {
-		return false, nil, &fencelock.LimitError{Name: dir[len(parent(dir))+1:], Limit: limit, Stored: q[0].limit}
+		return false, nil, &driver.LimitError{Name: dir[len(parent(dir))+1:], Limit: limit, Stored: q[0].limit}
 	}
 	used := 0
 	var weighted []entry
@@ -259,7 +259,7 @@ func (b *Backend) fits(ctx context.Context, dir string, q []entry, i int, watch 
 		}
 		d, err := decodeData(raw)
 		if err != nil {
-			return false, nil, fmt.Errorf("%w: %s: %w", fencelock.ErrInvalid, path, err)
+			return false, nil, fmt.Errorf("%w: %s: %w", driver.ErrInvalid, path, err)
 		}
 		used -= e.weight - d.weight()
 		if w != nil {
@@ -363,15 +363,15 @@ func (b *Backend) permitOf(ctx context.Context, k holder, hold string) (holding,
 	case err != nil:
 		return holding{}, err
 	case !ok:
-		return holding{}, fmt.Errorf("%w: this owner holds no permit of %q in ZooKeeper", fencelock.ErrNotHeld, k.name)
+		return holding{}, fmt.Errorf("%w: this owner holds no permit of %q in ZooKeeper", driver.ErrNotHeld, k.name)
 	}
 	return h, nil
 }
 
-// InspectSemaphore implements fencelock.Semaphores. A permit's Remaining is zero, as a lock's
+// InspectSemaphore implements driver.Semaphores. A permit's Remaining is zero, as a lock's
 // is (see Inspect); Token is the newest permit's.
-func (b *Backend) InspectSemaphore(ctx context.Context, name string) (fencelock.SemaphoreInfo, error) {
-	info := fencelock.SemaphoreInfo{Name: name}
+func (b *Backend) InspectSemaphore(ctx context.Context, name string) (driver.SemaphoreInfo, error) {
+	info := driver.SemaphoreInfo{Name: name}
 	if err := b.usable(ctx, name); err != nil {
 		return info, err
 	}
@@ -382,7 +382,7 @@ look:
 		if err != nil || len(q) == 0 {
 			return info, err
 		}
-		info = fencelock.SemaphoreInfo{Name: name, Limit: q[0].limit}
+		info = driver.SemaphoreInfo{Name: name, Limit: q[0].limit}
 		q = slices.DeleteFunc(q, func(e entry) bool { return e.limit != info.Limit }) // refused
 		for i, e := range q {
 			data, stat, err := b.read(ctx, dir+"/"+e.name)
@@ -399,15 +399,15 @@ look:
 			}
 			info.InUse += data.weight()
 			info.Token = max(info.Token, stat.Czxid)
-			info.Permits = append(info.Permits, fencelock.Info{Name: name, Held: true, Owner: data.owner, Count: data.count(),
+			info.Permits = append(info.Permits, driver.Info{Name: name, Held: true, Owner: data.owner, Count: data.count(),
 				Token: stat.Czxid, Meta: data.meta, Weight: data.weight()})
 		}
 		return info, nil
 	}
-	return info, fmt.Errorf("%w: %q changed hands %d times while being inspected", fencelock.ErrUnavailable, name, lookTries)
+	return info, fmt.Errorf("%w: %q changed hands %d times while being inspected", driver.ErrUnavailable, name, lookTries)
 }
 
-// SemaphoreNames implements fencelock.SemaphoreNamer: the names under the root, which hold
+// SemaphoreNames implements driver.SemaphoreNamer: the names under the root, which hold
 // locks, semaphores or both; ListSemaphores asks InspectSemaphore about each.
 func (b *Backend) SemaphoreNames(ctx context.Context, prefix string) ([]string, error) {
 	return b.Names(ctx, prefix)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/zkbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // A permit holder paused past its session timeout loses the permit to a waiter, and only once
@@ -165,14 +167,14 @@ func TestReleaseFindsTheNodeWithTheHold(t *testing.T) {
 	startPermitHolder(t, name, owner, 2)
 	conn := dial(t, server.Addr, nil)
 	mine, other := newBackend(conn), newBackend(conn)
-	req := fencelock.Request{Name: name, Owner: owner, Hold: "h1", TTL: sessionTimeout, Limit: 2}
+	req := driver.Request{Name: name, Owner: owner, Hold: "h1", TTL: sessionTimeout, Limit: 2}
 	if _, err := mine.AcquireQueued(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	if info, err := mine.InspectSemaphore(ctx, name); err != nil || len(info.Permits) != 2 {
 		t.Fatalf("both permits held: %+v, %v", info, err)
 	}
-	if _, err := other.Release(ctx, fencelock.Lease{Name: name, Owner: owner, TTL: sessionTimeout, Limit: 2}, "h1"); err != nil {
+	if _, err := other.Release(ctx, driver.Lease{Name: name, Owner: owner, TTL: sessionTimeout, Limit: 2}, "h1"); err != nil {
 		t.Fatal(err)
 	}
 	if info, err := mine.InspectSemaphore(ctx, name); err != nil || len(info.Permits) != 1 {

@@ -12,6 +12,8 @@ import (
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Holder A is cut off from the server past its session timeout: the server expires the
@@ -75,8 +77,8 @@ func TestSessionExpiryMovesTheLock(t *testing.T) {
 	waitFor(t, 10*time.Second, "A's new session", func() bool {
 		return connA.State() == zk.StateHasSession && connA.SessionID() != oldSession
 	})
-	lease := fencelock.Lease{Name: name, Owner: lockA.Owner(), TTL: sessionTimeout}
-	if r := backendA.Renew(ctx, []fencelock.Lease{lease}); !errors.Is(r[0].Err, fencelock.ErrNotHeld) {
+	lease := driver.Lease{Name: name, Owner: lockA.Owner(), TTL: sessionTimeout}
+	if r := backendA.Renew(ctx, []driver.Lease{lease}); !errors.Is(r[0].Err, fencelock.ErrNotHeld) {
 		t.Fatalf("renewal after the expiry: %+v", r[0])
 	}
 	if err := lockA.Release(ctx); !errors.Is(err, fencelock.ErrNotHeld) {
@@ -109,7 +111,7 @@ func TestWaiterSessionExpiry(t *testing.T) {
 	defer lock.Release(ctx)
 	waited := make(chan error, 1)
 	go func() {
-		_, err := waiter.AcquireQueued(ctx, fencelock.Request{Name: name, Owner: "waiter", TTL: sessionTimeout})
+		_, err := waiter.AcquireQueued(ctx, driver.Request{Name: name, Owner: "waiter", TTL: sessionTimeout})
 		waited <- err
 	}()
 	waitFor(t, 10*time.Second, "the waiter in line", func() bool { return len(line(t, admin, dir)) == 2 })

@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // A lock node is an ephemeral of the session that made it and lives as long as that session.
@@ -134,12 +134,12 @@ func (b *Backend) witness(ctx context.Context, h holding, synced map[*zk.Conn]ti
 	conn, keep, live := b.sessionOf(h.session)
 	switch live {
 	case endedSession:
-		return time.Time{}, 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node %s ended", fencelock.ErrNotHeld, h.path)
+		return time.Time{}, 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node %s ended", driver.ErrNotHeld, h.path)
 	case unknownSession:
-		return time.Time{}, 0, fmt.Errorf("%w: the lock node %s belongs to ZooKeeper session 0x%x of another process, which this one cannot vouch for", fencelock.ErrNotHeld, h.path, h.session)
+		return time.Time{}, 0, fmt.Errorf("%w: the lock node %s belongs to ZooKeeper session 0x%x of another process, which this one cannot vouch for", driver.ErrNotHeld, h.path, h.session)
 	}
 	if s := conn.State(); s != zk.StateHasSession {
-		return time.Time{}, 0, fmt.Errorf("%w: no ZooKeeper session (connection %v)", fencelock.ErrUnavailable, s)
+		return time.Time{}, 0, fmt.Errorf("%w: no ZooKeeper session (connection %v)", driver.ErrUnavailable, s)
 	}
 	var stat *zk.Stat
 	var err error
@@ -158,7 +158,7 @@ func (b *Backend) witness(ctx context.Context, h holding, synced map[*zk.Conn]ti
 	case err != nil:
 		return time.Time{}, 0, classify(err)
 	case conn.SessionID() != h.session:
-		return time.Time{}, 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node %s expired", fencelock.ErrNotHeld, h.path)
+		return time.Time{}, 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node %s expired", driver.ErrNotHeld, h.path)
 	case !ok || stat.EphemeralOwner != h.session:
 		return time.Time{}, 0, errVanished
 	}

@@ -8,12 +8,12 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
-var _ fencelock.HolderWatcher = (*Backend)(nil)
+var _ driver.HolderWatcher = (*Backend)(nil)
 
-// WatchHolder implements fencelock.HolderWatcher with ZooKeeper's watches: one on the lock's
+// WatchHolder implements driver.HolderWatcher with ZooKeeper's watches: one on the lock's
 // directory (a node joins or leaves the line: an acquisition, a release, a hand-over, a
 // session's end), one on the data of the node first in line (Publish), or, while the
 // directory does not exist, one on its creation. Each watch fires once; a goroutine sets them
@@ -115,7 +115,7 @@ func (b *Backend) setHolderWatches(ctx context.Context, dir string) ([2]<-chan z
 		}
 		return w, nil
 	}
-	return w, fmt.Errorf("%w: %q changed hands %d times while its watches were set", fencelock.ErrUnavailable, dir, lookTries)
+	return w, fmt.Errorf("%w: %q changed hands %d times while its watches were set", driver.ErrUnavailable, dir, lookTries)
 }
 
 // pauseFor waits d, or until ctx ends; it reports whether d passed.
@@ -130,6 +130,6 @@ func pauseFor(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// PushesAcquisitions implements fencelock.HolderWatcher: a lock node's creation and removal,
+// PushesAcquisitions implements driver.HolderWatcher: a lock node's creation and removal,
 // by its holder or with its session, fire the directory's watch.
 func (b *Backend) PushesAcquisitions() bool { return true }

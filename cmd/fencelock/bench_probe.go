@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // waitProbe wraps the waiter's backend in the handoff phase and tells when the waiter is
@@ -15,8 +17,8 @@ import (
 // notification, or a waiting queue.
 type waitProbe struct {
 	fencelock.Backend
-	watcher  fencelock.ReleaseWatcher // nil when the backend cannot notify releases
-	watching atomic.Bool              // the waiter has subscribed since arm
+	watcher  driver.ReleaseWatcher // nil when the backend cannot notify releases
+	watching atomic.Bool           // the waiter has subscribed since arm
 	armed    atomic.Pointer[chan struct{}]
 }
 
@@ -24,10 +26,10 @@ type waitProbe struct {
 // long a queued waiter is given to take its place in the queue, which the probe cannot see.
 func newWaitProbe(b fencelock.Backend, settle time.Duration) (*waitProbe, fencelock.Backend) {
 	p := &waitProbe{Backend: b}
-	if q, ok := b.(fencelock.Queue); ok {
+	if q, ok := b.(driver.Queue); ok {
 		return p, queueProbe{p, q, settle}
 	}
-	if w, ok := b.(fencelock.ReleaseWatcher); ok {
+	if w, ok := b.(driver.ReleaseWatcher); ok {
 		p.watcher = w
 		return p, watchingProbe{p}
 	}
@@ -50,7 +52,7 @@ func (p *waitProbe) fire() {
 
 // Acquire fires when the waiter finds the lock held after it subscribed to releases: Obtain
 // sleeps next. Without release notification the first refusal is the moment.
-func (p *waitProbe) Acquire(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+func (p *waitProbe) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	g, err := p.Backend.Acquire(ctx, req)
 	var held *fencelock.HeldError
 	if errors.As(err, &held) && (p.watcher == nil || p.watching.Load()) {
@@ -73,11 +75,11 @@ func (p watchingProbe) WatchRelease(ctx context.Context, name string) (<-chan st
 
 type queueProbe struct {
 	*waitProbe
-	q      fencelock.Queue
+	q      driver.Queue
 	settle time.Duration
 }
 
-func (p queueProbe) AcquireQueued(ctx context.Context, req fencelock.Request) (fencelock.Grant, error) {
+func (p queueProbe) AcquireQueued(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	t := time.AfterFunc(p.settle, p.fire)
 	defer t.Stop()
 	return p.q.AcquireQueued(ctx, req)

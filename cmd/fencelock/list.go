@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fencelock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 func newListCmd(g *globals) *cobra.Command {
@@ -44,7 +46,7 @@ NAME shows one semaphore.`,
 			if err := st.ping(cmd.Context()); err != nil {
 				return err
 			}
-			if _, ok := st.backend.(fencelock.Namer); !ok {
+			if _, ok := st.backend.(driver.Namer); !ok {
 				return exitf(exitUsage, "the %s backend cannot list locks", st.kind)
 			}
 			l, err := list(cmd.Context(), st.client(), st.backend, prefix)
@@ -71,15 +73,15 @@ type listing struct {
 }
 
 // list reads the locks of b whose names start with prefix, and its semaphores when b names
-// them, through c, c's Client over b, whose token base the tokens get. b is a fencelock.Namer.
+// them, through c, c's Client over b, whose token base the tokens get. b is a driver.Namer.
 func list(ctx context.Context, c *fencelock.Client, b fencelock.Backend, prefix string) (listing, error) {
 	var l listing
 	var err error
 	if l.locks, err = c.List(ctx, prefix); err != nil {
 		return l, err
 	}
-	_, l.keeps = b.(fencelock.Semaphores)
-	_, l.named = b.(fencelock.SemaphoreNamer)
+	_, l.keeps = b.(driver.Semaphores)
+	_, l.named = b.(driver.SemaphoreNamer)
 	if l.keeps && l.named {
 		l.sems, err = c.ListSemaphores(ctx, prefix)
 	}

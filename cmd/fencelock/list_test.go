@@ -10,6 +10,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // list shows a backend's locks whether or not it can name its semaphores: one that keeps
@@ -47,13 +49,13 @@ func TestListSemaphoresOrNot(t *testing.T) {
 			[]string{"cannot list"}, 3},
 		{"unnamed", struct {
 			fencelock.Backend
-			fencelock.Namer
-			fencelock.Semaphores
+			driver.Namer
+			driver.Semaphores
 		}{b, b, b}, []string{"the test backend cannot list its semaphores: fencelock status --semaphore NAME shows one"},
 			[]string{`semaphore "`, "no semaphores held", permit.Owner()}, 1},
 		{"none kept", struct {
 			fencelock.Backend
-			fencelock.Namer
+			driver.Namer
 		}{b, b}, nil, []string{"semaphore"}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 func init() { commands = append(commands, newReleaseCmd) }
@@ -35,7 +35,7 @@ store that checks tokens refuses the old holder's late writes. Refuses without -
 			if err := st.ping(cmd.Context()); err != nil {
 				return err
 			}
-			fr, ok := st.backend.(fencelock.ForceReleaser)
+			fr, ok := st.backend.(driver.ForceReleaser)
 			if !ok {
 				return exitf(exitUsage, "the %s backend cannot force a release", st.kind)
 			}

@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fencelock"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 func init() { commands = append(commands, newStatusCmd, newListCmd) }
@@ -143,7 +145,7 @@ permit held, as a lock is shown.`,
 }
 
 func semaphoreStatus(cmd *cobra.Command, g *globals, st *store, name string) error {
-	if _, ok := st.backend.(fencelock.Semaphores); !ok {
+	if _, ok := st.backend.(driver.Semaphores); !ok {
 		return exitf(exitUsage, "the %s backend keeps no semaphores", st.kind)
 	}
 	// The limit is the holders' to say; Inspect only reads.

@@ -3,16 +3,17 @@ package redislayer
 import (
 	"fmt"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Open returns c as a Conn (see redisconn.Of); what is not a Redis client gives an error that
-// matches fencelock.ErrInvalid.
+// matches driver.ErrInvalid.
 func Open(c any) (redisconn.Conn, error) {
 	conn, err := redisconn.Of(c)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", fencelock.ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", driver.ErrInvalid, err)
 	}
 	return conn, nil
 }

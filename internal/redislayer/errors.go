@@ -6,8 +6,9 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // transient are the Redis error replies that may pass: a failover, a reshard, a restart.
@@ -20,30 +21,30 @@ var transient = []string{"READONLY", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MAST
 func Classify(err error) error {
 	se, ok := errors.AsType[*redisconn.ServerError](err)
 	if !ok {
-		return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 	}
 	r := &reply{msg: scriptSuffix.ReplaceAllString(se.Msg, ""), err: err}
 	for _, p := range transient {
 		if strings.HasPrefix(se.Msg, p) {
 			switch p {
 			case "READONLY":
-				return fmt.Errorf("%w: the server is a read-only replica: %w", fencelock.ErrUnavailable, r)
+				return fmt.Errorf("%w: the server is a read-only replica: %w", driver.ErrUnavailable, r)
 			case "OOM":
 				// Under noeviction (the policy fencelock wants) a full server refuses writes
 				// until memory is freed: that passes, as a failover does.
-				return fmt.Errorf("%w: the server is out of memory (maxmemory): %w", fencelock.ErrUnavailable, r)
+				return fmt.Errorf("%w: the server is out of memory (maxmemory): %w", driver.ErrUnavailable, r)
 			}
-			return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, r)
+			return fmt.Errorf("%w: %w", driver.ErrUnavailable, r)
 		}
 	}
 	switch {
 	case strings.Contains(se.Msg, "WRONGTYPE"):
-		return fmt.Errorf("%w: a key of the lock holds another Redis type (%w): delete it, or give the Backend a key prefix of its own (WithPrefix)", fencelock.ErrInvalid, r)
+		return fmt.Errorf("%w: a key of the lock holds another Redis type (%w): delete it, or give the Backend a key prefix of its own (WithPrefix)", driver.ErrInvalid, r)
 	case strings.Contains(se.Msg, "FENCELOCK"):
 		r.msg = strings.TrimSpace(strings.TrimPrefix(r.msg[strings.Index(r.msg, "FENCELOCK"):], "FENCELOCK"))
-		return fmt.Errorf("%w: %w: delete it, or give the Backend a key prefix of its own (WithPrefix)", fencelock.ErrInvalid, r)
+		return fmt.Errorf("%w: %w: delete it, or give the Backend a key prefix of its own (WithPrefix)", driver.ErrInvalid, r)
 	}
-	return fmt.Errorf("%w: Redis refused: %w", fencelock.ErrInvalid, r)
+	return fmt.Errorf("%w: Redis refused: %w", driver.ErrInvalid, r)
 }
 
 // scriptSuffix is what Redis appends to an error raised inside a script: its SHA and line,

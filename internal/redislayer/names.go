@@ -7,15 +7,16 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // CheckPrefix says why prefix cannot begin the keys of locks: a brace would break the hash tag
 // that keeps a lock's keys in one Cluster slot.
 func CheckPrefix(prefix string) error {
 	if strings.ContainsAny(prefix, "{}") {
-		return fmt.Errorf("%w: key prefix %q contains a brace, which would break the hash tag", fencelock.ErrInvalid, prefix)
+		return fmt.Errorf("%w: key prefix %q contains a brace, which would break the hash tag", driver.ErrInvalid, prefix)
 	}
 	return nil
 }
@@ -26,9 +27,9 @@ func CheckPrefix(prefix string) error {
 func CheckName(name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: empty lock name", fencelock.ErrInvalid)
+		return fmt.Errorf("%w: empty lock name", driver.ErrInvalid)
 	case name[0] == '}':
-		return fmt.Errorf("%w: lock name %q starts with '}', which would empty its Cluster hash tag", fencelock.ErrInvalid, name)
+		return fmt.Errorf("%w: lock name %q starts with '}', which would empty its Cluster hash tag", driver.ErrInvalid, name)
 	}
 	return nil
 }
@@ -93,7 +94,7 @@ func scan(ctx context.Context, n redisconn.Node, match string, found func(key st
 			return err
 		}
 		if len(reply) != 2 {
-			return fmt.Errorf("%w: unexpected SCAN reply %v", fencelock.ErrUnavailable, reply)
+			return fmt.Errorf("%w: unexpected SCAN reply %v", driver.ErrUnavailable, reply)
 		}
 		keys, _ := reply[1].([]any)
 		for _, k := range keys {
@@ -107,7 +108,7 @@ func scan(ctx context.Context, n redisconn.Node, match string, found func(key st
 		case int64:
 			cursor = strconv.FormatInt(c, 10)
 		default:
-			return fmt.Errorf("%w: unexpected SCAN cursor %v", fencelock.ErrUnavailable, reply[0])
+			return fmt.Errorf("%w: unexpected SCAN cursor %v", driver.ErrUnavailable, reply[0])
 		}
 		if cursor == "0" {
 			return nil

@@ -16,8 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/redisconn"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Subscriber is the part of a redisconn.Conn that pub/sub needs.
@@ -27,8 +28,8 @@ type Subscriber interface {
 
 var _ Subscriber = redisconn.Conn(nil)
 
-// ErrClosed is Add's error after Close. It matches fencelock.ErrClosed.
-var ErrClosed = fmt.Errorf("%w: the release watch was closed", fencelock.ErrClosed)
+// ErrClosed is Add's error after Close. It matches driver.ErrClosed.
+var ErrClosed = fmt.Errorf("%w: the release watch was closed", driver.ErrClosed)
 
 // Set is the release channels one client watches, and their waiters. Without sharded pub/sub
 // it has one connection; with it, one per Cluster slot that has waiters, because a shard channel
