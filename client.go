@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
+
+	"github.com/fencelock/fencelock/internal/pause"
 )
 
 // Client obtains locks from one Backend. It runs one watchdog goroutine for all the locks it
@@ -344,7 +346,7 @@ func (c *Client) release(ctx context.Context, lease driver.Lease, hold string) (
 		case errors.Is(err, ErrInvalid):
 			return false, err
 		}
-		if attempt == 2 || !pause(ctx, 10*time.Millisecond<<(2*attempt)) {
+		if attempt == 2 || !pause.For(ctx, 10*time.Millisecond<<(2*attempt)) {
 			break
 		}
 	}
@@ -397,7 +399,7 @@ func (c *Client) undo(lease driver.Lease, hold string) {
 func (c *Client) releaseHold(ctx context.Context, lease driver.Lease, hold string) error {
 	var err error
 	for _, wait := range undoWaits {
-		if !pause(ctx, wait) {
+		if !pause.For(ctx, wait) {
 			if err == nil {
 				err = context.Cause(ctx)
 			}
@@ -434,21 +436,6 @@ func (c *Client) undone(ctx context.Context, k holdKey) error {
 
 // undoWaits are the pauses before each try of an undo.
 var undoWaits = [...]time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond}
-
-// pause waits d, and reports false when ctx ends first.
-func pause(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
 
 // randomID returns n ≤ 16 random bytes from crypto/rand, base64url encoded.
 func randomID(n int) string {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
+
+	"github.com/fencelock/fencelock/internal/pause"
 )
 
 // Election is a leader election on the lock of its name, on any backend: the leader is the
@@ -341,7 +343,7 @@ func (e *Election) Lead(ctx context.Context, value string, fn func(ctx context.C
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
 			return err
 		case err != nil:
-			if !pause(ctx, backoff(failures)) {
+			if !pause.For(ctx, backoff(failures)) {
 				return endedBy(ctx, err)
 			}
 			failures++

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
+
+	"github.com/fencelock/fencelock/internal/pause"
 )
 
 // releaseAtFloor ends the last hold of a lock released before floor, its WithMinHold end:
@@ -53,7 +55,7 @@ func (c *Client) keepUntil(ctx context.Context, lease driver.Lease, hold string,
 	}
 	go func() {
 		defer c.background.Done()
-		pause(context.Background(), floor.Sub(c.now()))
+		pause.For(context.Background(), floor.Sub(c.now()))
 		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
 		defer cancel()
 		err := c.releaseHold(ctx, lease, hold)

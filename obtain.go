@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
+
+	"github.com/fencelock/fencelock/internal/pause"
 )
 
 // An acquisition, from the call to the Lock, top to bottom: check the call, pick the owner,
@@ -146,7 +148,7 @@ func (c *Client) reached(ctx context.Context, r *request, err error) {
 func (c *Client) waitInLine(ctx context.Context, r *request) (*Lock, error) {
 	for failures := 0; ; failures++ {
 		lock, err := c.attempt(ctx, r, c.queue)
-		if err == nil || !retryable(err) || !pause(ctx, backoff(failures)) {
+		if err == nil || !retryable(err) || !pause.For(ctx, backoff(failures)) {
 			return lock, err
 		}
 	}

@@ -17,6 +17,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/driver"
+
+	"github.com/fencelock/fencelock/internal/pause"
 )
 
 var _ driver.Semaphores = (*Backend)(nil)
@@ -338,7 +340,7 @@ func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req dri
 					// Broken (no leader, a compaction): watch again, then read again, a
 					// moment later so that a cluster without a leader is not flooded.
 					wch = nil
-					if !pause(ctx, 100*time.Millisecond) {
+					if !pause.For(ctx, 100*time.Millisecond) {
 						return sent, ctx.Err()
 					}
 					break events
@@ -352,18 +354,6 @@ func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req dri
 				return sent, ctx.Err()
 			}
 		}
-	}
-}
-
-// pause sleeps d, or until ctx ends; it reports whether ctx is still live.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

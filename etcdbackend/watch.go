@@ -9,6 +9,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/driver"
+
+	"github.com/fencelock/fencelock/internal/pause"
 )
 
 var _ driver.HolderWatcher = (*Backend)(nil)
@@ -63,7 +65,7 @@ func (b *Backend) WatchHolder(ctx context.Context, name string) (<-chan struct{}
 func (b *Backend) watchPrefix(ctx context.Context, pfx string, ready chan<- struct{}, wake func()) {
 	told := false
 	for again := 0; ctx.Err() == nil; again++ {
-		if again > 0 && !pause(ctx, rewatchBackoff(again)) {
+		if again > 0 && !pause.For(ctx, rewatchBackoff(again)) {
 			return
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))

@@ -9,6 +9,8 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/driver"
+
+	"github.com/fencelock/fencelock/internal/pause"
 )
 
 var _ driver.HolderWatcher = (*Backend)(nil)
@@ -63,7 +65,7 @@ func (b *Backend) watchHolder(ctx context.Context, dir string, ready chan<- erro
 				return
 			}
 		case err != nil:
-			if !pauseFor(ctx, min(50*time.Millisecond<<min(again, 6), 2*time.Second)) {
+			if !pause.For(ctx, min(50*time.Millisecond<<min(again, 6), 2*time.Second)) {
 				return
 			}
 			continue
@@ -116,18 +118,6 @@ func (b *Backend) setHolderWatches(ctx context.Context, dir string) ([2]<-chan z
 		return w, nil
 	}
 	return w, fmt.Errorf("%w: %q changed hands %d times while its watches were set", driver.ErrUnavailable, dir, lookTries)
-}
-
-// pauseFor waits d, or until ctx ends; it reports whether d passed.
-func pauseFor(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // PushesAcquisitions implements driver.HolderWatcher: a lock node's creation and removal,
