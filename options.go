@@ -3,6 +3,8 @@ package fencelock
 import (
 	"log/slog"
 	"time"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Defaults of the per-call options.
@@ -133,10 +135,9 @@ func WithWaitTimeout(d time.Duration) Option {
 }
 
 // drift is the allowance subtracted from a validity v (the time the store keeps a lock, counted
-// from a send) to get the time the client trusts it: clock-rate differences between client and
-// store (1% of v) and timer granularity (2ms). It is measured on v, not on the TTL: a lock
-// handed over for 5 s with a TTL of 10 min loses 52 ms to drift, not 6 s.
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+// from a send) to get the time the client trusts it (driver.Drift). It is measured on v, not on
+// the TTL: a lock handed over for 5 s with a TTL of 10 min loses 52 ms to drift, not 6 s.
+func drift(v time.Duration) time.Duration { return driver.Drift(v) }
 
 func (s *settings) validate() error {
 	if s.ttl <= 0 {

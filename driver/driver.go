@@ -310,3 +310,10 @@ type Expirer interface {
 	// ExpiresByTTL reports whether locks go when the TTL a Refresh set runs out.
 	ExpiresByTTL() bool
 }
+
+// Drift is the Client's allowance for a validity v (the time the store keeps a lock, counted
+// from a send): clock-rate differences between the Client and the store (1% of v) and timer
+// granularity (2 ms). The Client trusts a grant for v − Drift(v) (see Grant); a backend that
+// must know how long the Client will trust a lock (Redlock, to refuse a TTL that leaves no
+// validity) computes it with this, never with an allowance of its own.
+func Drift(v time.Duration) time.Duration { return v/100 + 2*time.Millisecond }

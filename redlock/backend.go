@@ -201,15 +201,11 @@ func (b *Backend) usable(name string) error {
 	return nil
 }
 
-// drift is the clock-drift allowance subtracted from a TTL: clock-rate differences between
-// this process and the nodes (1%) and timer granularity (2ms), as the Client counts it.
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
-
 // late reports whether a grant or renewal confirmed elapsed after its requests were sent
 // leaves no validity: the nodes keep the lock a TTL from then, and the Client trusts it for
-// the TTL less the drift allowance (backend.go). Redlock refuses it by the Client's own rule,
+// the TTL less the drift allowance (driver.Drift). Redlock refuses it by the Client's own rule,
 // so that a lock it returns is one the Client can use.
-func late(elapsed, ttl time.Duration) bool { return elapsed >= ttl-drift(ttl) }
+func late(elapsed, ttl time.Duration) bool { return elapsed >= ttl-driver.Drift(ttl) }
 
 // timeout returns the node timeout for a call with this TTL.
 func (b *Backend) timeout(ttl time.Duration) time.Duration {
@@ -229,8 +225,8 @@ func (b *Backend) checkTTL(ttl time.Duration) error {
 		return fmt.Errorf("%w: TTL must be positive, got %v", driver.ErrInvalid, ttl)
 	case ttl%time.Millisecond != 0:
 		return fmt.Errorf("%w: TTL %v is not a whole number of milliseconds", driver.ErrInvalid, ttl)
-	case b.timeout(ttl)+drift(ttl) >= ttl:
-		return fmt.Errorf("%w: TTL %v is too short for redlock: the node timeout %v and the drift allowance %v leave no validity", driver.ErrInvalid, ttl, b.timeout(ttl), drift(ttl))
+	case b.timeout(ttl)+driver.Drift(ttl) >= ttl:
+		return fmt.Errorf("%w: TTL %v is too short for redlock: the node timeout %v and the drift allowance %v leave no validity", driver.ErrInvalid, ttl, b.timeout(ttl), driver.Drift(ttl))
 	}
 	return nil
 }
