@@ -121,6 +121,9 @@ func handedOverFromZero(ctx context.Context, t *testing.T, rdb *redis.Client, b 
 	if <-firstGot == nil {
 		return false
 	}
+	// w1 leaves the line in the background after its call returned (leavePermitLine): until
+	// it has, its place is still a promise ahead of c.
+	waiting(0)
 	if _, err := b.Acquire(ctx, req("c")); err != nil {
 		t.Fatalf("a second permit of 2 beside w2's alone: %v", err)
 	}
