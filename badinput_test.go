@@ -11,11 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/fencelocktest"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // Bad input gets a typed error, never a panic, and leaves no lock key behind without a TTL.

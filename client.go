@@ -4,15 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
-
-	"github.com/fencelock/fencelock/internal/pause"
 )
 
 // Client obtains locks from one Backend. It runs one watchdog goroutine for all the locks it
@@ -141,21 +137,6 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// releaseAll releases, in the background, the holds of lease that the handles had when the
-// Client closed.
-func (c *Client) releaseAll(lease driver.Lease, handles []*lockContext) {
-	c.background.Add(1)
-	go func() {
-		defer c.background.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
-		defer cancel()
-		for _, lc := range handles {
-			err := c.releaseHold(ctx, lease, lc.id)
-			c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err, Owner: lease.Owner})
-		}
-	}()
-}
-
 // Inspect reports the state of the lock name as the backend sees it.
 func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	if err := c.check(ctx, name); err != nil {
@@ -163,65 +144,6 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	}
 	info, err := c.b.Inspect(ctx, name)
 	return c.based(info), err
-}
-
-// Obtain obtains the lock name, waiting until it is free or ctx ends. While it waits it sleeps
-// until the holder releases the lock (when the backend can tell) or the holder's TTL runs out,
-// whichever is first. When ctx ends, the error matches both ErrNotObtained and ctx.Err(), and
-// Obtain returns by ctx's deadline.
-//
-// While the store cannot be reached it keeps trying, and tells the observer (EventUnavailable,
-// logged at warn level by WithLogger); if ctx ends while its attempts fail that way, the error
-// matches ErrUnavailable too.
-//
-// If ctx is the context of a lock on the same name obtained from this Client (lock.Context()
-// or a context derived from it), the acquisition re-enters that lock.
-func (c *Client) Obtain(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, name, 0, true, opts)
-}
-
-// TryObtain makes one attempt to obtain the lock name. It fails with an error matching
-// ErrNotObtained when someone else holds it. When the Client is still undoing, in the
-// background, an earlier acquisition or release of name (its reply was lost), the attempt
-// waits within ctx for that first: the Client's own leftover is no one else's hold.
-func (c *Client) TryObtain(ctx context.Context, name string, opts ...Option) (*Lock, error) {
-	return c.obtain(ctx, name, 0, false, opts)
-}
-
-// Do obtains the lock name, runs fn under the lock's context and releases the lock. fn's
-// context ends when the lock is lost or ctx ends. Do returns fn's error, or the error of
-// obtaining or releasing the lock; when fn returned nil but the lock was lost while it ran,
-// Do returns an error matching ErrLost, since fn's work may have overlapped another holder's.
-func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
-	return do(ctx, fn, func() (*Lock, error) { return c.Obtain(ctx, name, opts...) })
-}
-
-// do runs fn under the lock obtain obtains, as Client.Do says.
-func do(ctx context.Context, fn func(ctx context.Context) error, obtain func() (*Lock, error)) error {
-	if fn == nil {
-		return invalidf("nil function")
-	}
-	lock, err := obtain()
-	if err != nil {
-		return err
-	}
-	stop := context.AfterFunc(ctx, func() { lock.lctx.cancel(context.Cause(ctx)) })
-	ferr := fn(lock.Context())
-	stop()
-	lostErr := lock.lostErr()
-	rctx, cancel := afterCall(ctx)
-	rerr := lock.Release(rctx)
-	cancel()
-	switch {
-	case ferr != nil:
-		return ferr
-	case lostErr != nil:
-		return lostErr
-	case errors.Is(rerr, ErrNotHeld):
-		// The lock expired under fn without the client noticing in time.
-		return &lostError{reason: rerr}
-	}
-	return rerr
 }
 
 // releaseGrace is how long the release that ends Do or Lead may go on once their context
@@ -295,16 +217,6 @@ func (c *Client) holdEnded(h *hold) {
 	c.dog.remove(h)
 }
 
-// letGo releases a lost hold's handle in the background, kept until floor when that is still
-// ahead (keeper).
-func (c *Client) letGo(lease driver.Lease, hold string, floor time.Time) {
-	if c.now().Before(floor) {
-		c.keepInBackground(lease, hold, floor, false)
-		return
-	}
-	c.undo(lease, hold)
-}
-
 // watchLoss asks the backend to push word of a loss of lease (keeper).
 func (c *Client) watchLoss(lease driver.Lease, lost func(error)) (stop func()) {
 	return c.loss.WatchLoss(lease, lost)
@@ -324,113 +236,6 @@ func (c *Client) emit(e Event) {
 			e.Token += c.tokenBase
 		}
 		c.observe(e)
-	}
-}
-
-// release ends one hold in the store within ctx: an attempt whose outcome is unknown is tried
-// again with the same hold ID, and when ctx ends before one is confirmed, the background goes
-// on with it. It reports clean when the first attempt released the last hold of the owner:
-// the store has nothing of it left, and no request of it is unanswered.
-func (c *Client) release(ctx context.Context, lease driver.Lease, hold string) (clean bool, err error) {
-	for attempt := 0; ; attempt++ {
-		var n int
-		n, err = c.b.Release(ctx, lease, hold)
-		switch {
-		case err == nil:
-			return attempt == 0 && n == 0, nil
-		case errors.Is(err, ErrNotHeld):
-			if attempt > 0 {
-				return false, nil // an earlier attempt whose outcome was unknown released it
-			}
-			return false, err
-		case errors.Is(err, ErrInvalid):
-			return false, err
-		}
-		if attempt == 2 || !pause.For(ctx, 10*time.Millisecond<<(2*attempt)) {
-			break
-		}
-	}
-	c.undo(lease, hold)
-	return false, err
-}
-
-// undo ends a hold in the store in the background, for at most the cleanup timeout: an
-// acquisition that may have taken the lock but was not handed out, or a release not confirmed
-// in time. A hold the store does not have is done. The outcome goes to the observer.
-func (c *Client) undo(lease driver.Lease, hold string) {
-	k := holdKey{name: lease.Name, permit: lease.Limit > 0}
-	c.mu.Lock()
-	closed := c.closed
-	if !closed {
-		c.background.Add(1)
-		u := c.undoing[k]
-		if u == nil {
-			u = &undos{done: make(chan struct{})}
-			c.undoing[k] = u
-		}
-		u.n++
-	}
-	c.mu.Unlock()
-	if closed {
-		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Err: ErrClosed, Owner: lease.Owner})
-		return
-	}
-	go func() {
-		defer c.background.Done()
-		defer func() {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			u := c.undoing[k]
-			if u.n--; u.n == 0 {
-				close(u.done)
-				delete(c.undoing, k)
-			}
-		}()
-		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
-		defer cancel()
-		err := c.releaseHold(ctx, lease, hold)
-		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err, Owner: lease.Owner})
-	}()
-}
-
-// releaseHold ends one hold in the store for clean-up, within ctx: a few tries, spaced out,
-// since a store that cannot be reached now is often busy, and a flood of clean-up would keep
-// it so. A hold the store does not have is done. What is left expires with its TTL.
-func (c *Client) releaseHold(ctx context.Context, lease driver.Lease, hold string) error {
-	var err error
-	for _, wait := range undoWaits {
-		if !pause.For(ctx, wait) {
-			if err == nil {
-				err = context.Cause(ctx)
-			}
-			return err
-		}
-		_, err = c.b.Release(ctx, lease, hold)
-		if err == nil || errors.Is(err, ErrNotHeld) {
-			return nil
-		}
-		if errors.Is(err, ErrInvalid) {
-			return err
-		}
-	}
-	return err
-}
-
-// undone waits, within ctx, until no undo of the name of k is left in the background: a fresh
-// owner's acquisition would otherwise meet what the Client is still undoing of an earlier one,
-// and be refused by its own leftover, or wait behind it in line.
-func (c *Client) undone(ctx context.Context, k holdKey) error {
-	c.mu.Lock()
-	u := c.undoing[k]
-	c.mu.Unlock()
-	if u == nil {
-		return nil
-	}
-	select {
-	case <-u.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for the undo of an earlier acquisition or release of %q by this Client: %w", k.name, context.Cause(ctx))
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
-
 	"github.com/fencelock/fencelock/internal/pause"
 )
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
-
 	"github.com/fencelock/fencelock/internal/pause"
 )
 
@@ -45,6 +44,65 @@ type storeState struct {
 	downSince time.Time // when its attempts began to fail
 	toldAt    time.Time // when it last told EventUnavailable
 	untold    int       // attempts failed since then
+}
+
+// Obtain obtains the lock name, waiting until it is free or ctx ends. While it waits it sleeps
+// until the holder releases the lock (when the backend can tell) or the holder's TTL runs out,
+// whichever is first. When ctx ends, the error matches both ErrNotObtained and ctx.Err(), and
+// Obtain returns by ctx's deadline.
+//
+// While the store cannot be reached it keeps trying, and tells the observer (EventUnavailable,
+// logged at warn level by WithLogger); if ctx ends while its attempts fail that way, the error
+// matches ErrUnavailable too.
+//
+// If ctx is the context of a lock on the same name obtained from this Client (lock.Context()
+// or a context derived from it), the acquisition re-enters that lock.
+func (c *Client) Obtain(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	return c.obtain(ctx, name, 0, true, opts)
+}
+
+// TryObtain makes one attempt to obtain the lock name. It fails with an error matching
+// ErrNotObtained when someone else holds it. When the Client is still undoing, in the
+// background, an earlier acquisition or release of name (its reply was lost), the attempt
+// waits within ctx for that first: the Client's own leftover is no one else's hold.
+func (c *Client) TryObtain(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	return c.obtain(ctx, name, 0, false, opts)
+}
+
+// Do obtains the lock name, runs fn under the lock's context and releases the lock. fn's
+// context ends when the lock is lost or ctx ends. Do returns fn's error, or the error of
+// obtaining or releasing the lock; when fn returned nil but the lock was lost while it ran,
+// Do returns an error matching ErrLost, since fn's work may have overlapped another holder's.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	return do(ctx, fn, func() (*Lock, error) { return c.Obtain(ctx, name, opts...) })
+}
+
+// do runs fn under the lock obtain obtains, as Client.Do says.
+func do(ctx context.Context, fn func(ctx context.Context) error, obtain func() (*Lock, error)) error {
+	if fn == nil {
+		return invalidf("nil function")
+	}
+	lock, err := obtain()
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { lock.lctx.cancel(context.Cause(ctx)) })
+	ferr := fn(lock.Context())
+	stop()
+	lostErr := lock.lostErr()
+	rctx, cancel := afterCall(ctx)
+	rerr := lock.Release(rctx)
+	cancel()
+	switch {
+	case ferr != nil:
+		return ferr
+	case lostErr != nil:
+		return lostErr
+	case errors.Is(rerr, ErrNotHeld):
+		// The lock expired under fn without the client noticing in time.
+		return &lostError{reason: rerr}
+	}
+	return rerr
 }
 
 func (c *Client) obtain(ctx context.Context, name string, limit int, wait bool, opts []Option) (*Lock, error) {

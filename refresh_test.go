@@ -11,11 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/memorybackend"
 	"github.com/fencelock/fencelock/redisbackend"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // Refresh to a shorter TTL moves the validity deadline back to the refresh's send time plus

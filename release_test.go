@@ -7,9 +7,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/redisbackend"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/redisbackend"
 )
 
 // A holder whose lock expired and was taken by another must not release the other's lock.

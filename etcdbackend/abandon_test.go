@@ -14,9 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/etcdbackend"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/etcdbackend"
 )
 
 // Acquisitions whose context ends while their write is in flight leave nothing behind, once

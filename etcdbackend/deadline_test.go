@@ -10,10 +10,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/internal/testserver"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // slack is how long after its context's deadline a call may return.

@@ -10,12 +10,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/etcdbackend/etcdtest"
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/internal/testserver"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // Waiters get the lock in the order they queued, each woken by its predecessor's release.

@@ -10,9 +10,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/etcdbackend"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/etcdbackend"
 )
 
 // An acquisition's write that etcd applies only after its caller gave up on it, and after

@@ -10,10 +10,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/internal/testserver"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // A release whose outcome the client never learned is retried by the Backend: the key sits on

@@ -8,10 +8,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/internal/testserver"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // A reentrant acquisition with a longer TTL leaves the key on the lease of the first one, so

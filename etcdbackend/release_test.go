@@ -10,9 +10,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/etcdbackend"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/etcdbackend"
 )
 
 // Releasing one hold of a reentrant lock when the transaction that rewrites the key's holds

@@ -10,9 +10,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/etcdbackend"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/etcdbackend"
 )
 
 // keysMade returns the distinct keys made under the queue of name since revision from, deleted

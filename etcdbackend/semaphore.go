@@ -17,7 +17,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/driver"
-
 	"github.com/fencelock/fencelock/internal/pause"
 )
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
-
 	"github.com/fencelock/fencelock/driver"
 )
 

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
-
 	"github.com/fencelock/fencelock/driver"
 )
 

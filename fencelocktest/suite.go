@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
-
 	"github.com/fencelock/fencelock/driver"
 )
 

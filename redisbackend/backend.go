@@ -48,11 +48,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/redisconn"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // Client is what New takes: a go-redis v9 client (*redis.Client for a single node or a Sentinel

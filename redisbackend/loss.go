@@ -7,9 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock/redisconn"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // WatchLoss implements driver.LossWatcher: the server pushes word of every change to the

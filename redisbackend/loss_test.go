@@ -13,11 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redisconn"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // A holder learns by push that its lock's key changed under it — deleted, overwritten, flushed,

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fencelock/fencelock/internal/releasewatch"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/releasewatch"
 )
 
 // subscribeTimeout bounds the wait for the server to acknowledge a subscription. A waiter that

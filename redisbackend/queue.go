@@ -9,11 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/redisconn"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // maxEntryLife bounds how long a waiter's place in line outlives its last renewal. A waiter

@@ -13,10 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // queueLen is how many waiters stand in line for name.

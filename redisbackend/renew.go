@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/redisconn"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // Renew implements driver.Backend. The leases go out as one batch, which a Cluster client

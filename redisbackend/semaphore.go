@@ -9,11 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/redisconn"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // A semaphore lives in keys of its own beside the lock of the same name, in the same hash slot

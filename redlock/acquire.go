@@ -8,9 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock/redisconn"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // fenceRounds bounds the token write-back: a round that finds a counter at or beyond the

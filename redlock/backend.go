@@ -8,11 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/redisconn"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // Backend is a driver.Backend over N independent Redis nodes. It is safe for concurrent

@@ -7,10 +7,9 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redlock"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // Reentrancy lives in the nodes, per hold ID: a retried acquire or release of the same hold

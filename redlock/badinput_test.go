@@ -10,10 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redlock"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // unhashable is a client wrapper that cannot be compared with ==.

@@ -14,9 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/redlock"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/redlock"
 )
 
 // Close is final: the calls in flight when it is called finish before it returns, every call

@@ -6,10 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redlock"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // An acquisition whose context ends while the nodes are still answering returns by the

@@ -12,11 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redlock"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // With two of five nodes dead, the other three are a majority: the lock works.

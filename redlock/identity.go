@@ -8,9 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencelock/fencelock/redisconn"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // identity checks, at first use, that no two nodes are the same server: two clients with

@@ -9,10 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redlock"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // The first call asks every node for its run_id, and the calls that come meanwhile wait for

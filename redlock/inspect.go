@@ -7,10 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/redisconn"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // nodeInfo is one node's view of a lock, from inspect.lua.

@@ -6,9 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock/internal/releasewatch"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/releasewatch"
 )
 
 // subscribeTimeout bounds the wait for the nodes to acknowledge a subscription. A waiter whose

@@ -7,9 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock/redisconn"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // Release implements driver.Backend. It ends the hold on every node at once, each bounded by

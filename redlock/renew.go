@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fencelock/fencelock/redisconn"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // renewReply is one node's answer for one lease.

@@ -9,11 +9,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redlock"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // proxiedNodes starts n servers of the test's own, each behind a proxy, and returns the

@@ -19,11 +19,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // A lock as a sequential object, for porcupine: the state is the owner holding it ("" when

@@ -7,9 +7,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/zkbackend/zktest"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/zkbackend/zktest"
 )
 
 // slack is how long after its context's deadline a call may return.

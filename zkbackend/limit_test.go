@@ -11,10 +11,9 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // A caller refused for its limit leaves the line; when its link is cut as it sends the delete,

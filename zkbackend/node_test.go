@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock"
-
 	"github.com/fencelock/fencelock/driver"
 )
 

@@ -9,10 +9,9 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // longSession outlasts the outages of these tests: go-zookeeper redials a lone server only

@@ -6,10 +6,9 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // After a create whose reply was lost, the retry finds the node that create made, by its

@@ -12,10 +12,9 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // Waiters obtain the lock in the order they queued, and one that gives up in the middle of

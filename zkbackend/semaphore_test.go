@@ -10,9 +10,8 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/zkbackend"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/zkbackend"
 )
 
 // A permit holder paused past its session timeout loses the permit to a waiter, and only once

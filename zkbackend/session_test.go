@@ -9,11 +9,10 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // Holder A is cut off from the server past its session timeout: the server expires the

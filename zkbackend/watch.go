@@ -9,7 +9,6 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/driver"
-
 	"github.com/fencelock/fencelock/internal/pause"
 )
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
-
 	"github.com/fencelock/fencelock/driver"
 )
 

@@ -8,10 +8,9 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
-
-	"github.com/fencelock/fencelock/driver"
 )
 
 // list shows a backend's locks whether or not it can name its semaphores: one that keeps

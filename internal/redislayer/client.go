@@ -3,9 +3,8 @@ package redislayer
 import (
 	"fmt"
 
-	"github.com/fencelock/fencelock/redisconn"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // Open returns c as a Conn (see redisconn.Of); what is not a Redis client gives an error that

@@ -6,9 +6,8 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/fencelock/fencelock/redisconn"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // transient are the Redis error replies that may pass: a failover, a reshard, a restart.

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/fencelock/fencelock/redisconn"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // CheckPrefix says why prefix cannot begin the keys of locks: a brace would break the hash tag

@@ -16,9 +16,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock/redisconn"
-
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/redisconn"
 )
 
 // Subscriber is the part of a redisconn.Conn that pub/sub needs.
