@@ -40,6 +40,33 @@ func (c *Client) letGo(lease driver.Lease, hold string, floor time.Time) {
 	c.undo(lease, hold)
 }
 
+// releaseAfter releases the handle hold of lease in the background once renewing, a renewal on
+// its way, is answered (for at most the cleanup timeout): kept until floor when that is still
+// ahead, as Release does.
+func (c *Client) releaseAfter(renewing <-chan struct{}, lease driver.Lease, hold string, floor time.Time) {
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		c.background.Add(1)
+	}
+	c.mu.Unlock()
+	if closed {
+		c.letGo(lease, hold, floor)
+		return
+	}
+	go func() {
+		defer c.background.Done()
+		t := time.NewTimer(c.cleanupTimeout)
+		select {
+		case <-renewing:
+		case <-t.C:
+		}
+		t.Stop()
+		lease.Holds = 1 // this hold's, as a last handle's release counts it (releaseAtFloor)
+		c.letGo(lease, hold, floor)
+	}()
+}
+
 // release ends one hold in the store within ctx: an attempt whose outcome is unknown is tried
 // again with the same hold ID, and when ctx ends before one is confirmed, the background goes
 // on with it. It reports clean when the first attempt released the last hold of the owner:

@@ -268,6 +268,14 @@ func (l *Lock) Release(ctx context.Context) error {
 		select {
 		case <-renewing:
 		case <-ctx.Done():
+			// A Refresh on its way counted this hold among the Client's: a release that reached
+			// the store first would let it take another Client's hold under the same owner for
+			// this one's, and cut that Client's lock short. The release follows the renewal, in
+			// the background.
+			err := fmt.Errorf("%w: the release waits, in the background, for the renewal on its way: %w", ErrUnavailable, context.Cause(ctx))
+			l.c.releaseAfter(renewing, h.lease(), l.hold, floor)
+			l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: l.c.now().Sub(h.obtained), Err: err, Owner: h.owner, Context: ctx, Lost: lost})
+			return err
 		}
 	}
 	sent := l.c.now()
