@@ -16,13 +16,21 @@ import (
 // for by Close.
 
 // releaseAll releases, in the background, the holds of lease that the handles had when the
-// Client closed.
-func (c *Client) releaseAll(lease driver.Lease, handles []*lockContext) {
+// Client closed, once renewing (a Refresh on its way, or nil) is answered: the Refresh counted
+// these holds among the Client's, and after their release it would take another Client's hold
+// under the same owner for this one's, and cut that Client's lock short (see Lock.Release).
+func (c *Client) releaseAll(lease driver.Lease, handles []*lockContext, renewing <-chan struct{}) {
 	c.background.Add(1)
 	go func() {
 		defer c.background.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
 		defer cancel()
+		if renewing != nil {
+			select {
+			case <-renewing:
+			case <-ctx.Done():
+			}
+		}
 		for _, lc := range handles {
 			err := c.releaseHold(ctx, lease, lc.id)
 			c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err, Owner: lease.Owner})

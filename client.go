@@ -122,6 +122,9 @@ func (c *Client) Close() error {
 	for _, h := range holds {
 		lease := h.lease()
 		handles := h.loseHandles(ErrClosed, true)
+		// Read after the loss: no Refresh can claim the hold since, and one that claimed it
+		// before holds its claim until it is answered.
+		renewing, _ := h.busy()
 		switch floor := h.floor(); {
 		case len(handles) == 0:
 		case c.now().Before(floor):
@@ -130,7 +133,7 @@ func (c *Client) Close() error {
 				c.keepInBackground(lease, lc.id, floor, true)
 			}
 		default:
-			c.releaseAll(lease, handles)
+			c.releaseAll(lease, handles, renewing)
 		}
 	}
 	c.background.Wait()
