@@ -3,7 +3,6 @@ package memorybackend
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,14 +20,10 @@ func TestReleaseBesideARefreshOnItsWay(t *testing.T) {
 	defer cancel()
 	s := New()
 	bA, bB := s.Backend(), s.Backend()
-	var mu sync.Mutex
 	held := make(chan struct{}) // closed when the test lets B's renewal through
 	pending := make(chan struct{}, 1)
 	s.gate = func(ctx context.Context, b *Backend, op, name string) {
-		mu.Lock()
-		hold := b == bB && op == "renew"
-		mu.Unlock()
-		if !hold {
+		if b != bB || op != "renew" {
 			return
 		}
 		pending <- struct{}{}
