@@ -204,17 +204,55 @@ func renewOn(ctx context.Context, c redisconn.Conn, keys [][]string, args [][]an
 }
 
 // retake takes the leases back on the nodes that had lost them, where still free. It is best
-// effort: the renewal stands on the majority that confirmed it.
+// effort: the renewal stands on the majority that confirmed it. It waits for the nodes no
+// longer than ctx allows, so that a renewal returns by its deadline; a call still running then
+// goes on, bounded by the node timeout. Each call is a flight of its lease's owner on the lock
+// (see flights), so that a release that follows waits for it on that node: a retake that
+// landed after the release would leave the key there for no one until its TTL ended.
 func (b *Backend) retake(ctx context.Context, retake map[int][]int, live []int, leases []driver.Lease, tallies []renewTally, timeout time.Duration) {
-	ctx, cancel := cleanupContext(ctx, timeout)
-	defer cancel()
+	type owned struct{ f, prev *flight }
+	fls := make(map[flightKey]owned)
+	on := make(map[flightKey][]bool) // by node: the flight has a call there
+	for i, ks := range retake {
+		for _, k := range ks {
+			l := leases[live[k]]
+			fk := flightKey{l.Name, l.Owner}
+			if _, ok := fls[fk]; !ok {
+				f, prev := b.flights.start(l.Name, l.Owner, len(b.nodes))
+				fls[fk], on[fk] = owned{f, prev}, make([]bool, len(b.nodes))
+			}
+			on[fk][i] = true
+		}
+	}
+	for fk, o := range fls {
+		for i, has := range on[fk] {
+			if !has {
+				b.flights.land(fk.name, fk.owner, o.f, i)
+			}
+		}
+	}
 	idx := make([]int, 0, len(retake))
 	for i := range retake {
 		idx = append(idx, i)
 	}
 	retention := b.retention
-	fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
+	fanOut(ctx, b, idx, timeout, decide, func(ctx context.Context, nd *node) (struct{}, error) {
 		ks := retake[nd.i]
+		mine := make(map[flightKey]owned, len(ks))
+		for _, k := range ks {
+			l := leases[live[k]]
+			mine[flightKey{l.Name, l.Owner}] = fls[flightKey{l.Name, l.Owner}]
+		}
+		defer func() {
+			for fk, o := range mine {
+				b.flights.land(fk.name, fk.owner, o.f, nd.i)
+			}
+		}()
+		for _, o := range mine {
+			if err := o.prev.wait(ctx, nd.i); err != nil {
+				return struct{}{}, err
+			}
+		}
 		keys := make([][]string, len(ks))
 		args := make([][]any, len(ks))
 		for m, k := range ks {
