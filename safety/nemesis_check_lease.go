@@ -25,7 +25,8 @@ const (
 // the Client keeps the lock until then), a fault touched its worker or the servers meanwhile.
 //
 // (o) A lock of a delay lost without a release keeps its name from every other owner until
-// the delay after its last validity deadline, unless a fault may have removed it from the store.
+// the delay after its last validity deadline, or until its holder's Release after the loss
+// began (which frees it at once), unless a fault may have removed it from the store.
 func (h *nemesisHistory) checkLease(v *nemesisVerdict) {
 	type handle [2]int64
 	events := map[handle][]nemEvent{} // every event of a handle, in order
@@ -87,6 +88,11 @@ func (h *nemesisHistory) checkLease(v *nemesisVerdict) {
 		if g.Delay > 0 && done != nil && done.Lost && (release == nil || release.Start > done.Ret) {
 			v.DelayedLosses++
 			until := done.Valid + int64(g.Delay)
+			if release != nil {
+				// Its holder's Release after the loss frees the name at once (WithLockDelay):
+				// the delay is for a holder that does not know, and one that releases does.
+				until = min(until, release.Start)
+			}
 			if o := taken(g, g.Ret, until-int64(time.Millisecond)); o != nil && !h.lostAny(g.Name, g.Start, o.Ret) {
 				v.flag(chkDelay, o.W, "%s: worker %d's grant (token %d) %v after worker %d's lock (token %d) of delay %v was lost past its validity, %v before the delay's end",
 					g.Name, o.W, o.Tok, time.Duration(o.Ret-done.Valid), g.W, g.Tok, g.Delay, time.Duration(until-o.Ret))

@@ -62,14 +62,18 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 		}
 	}
 	// delayed is a lock of delay 1 s lost at its validity deadline (1 s), or released at 500 ms,
-	// then another owner's grant returned at taken.
-	delayed := func(taken int, released bool) []nemEvent {
+	// then another owner's grant returned at taken; lateRelease, when not 0, is when its holder
+	// released it after the loss, which frees the name at once.
+	delayed := func(taken int, released bool, lateRelease int) []nemEvent {
 		es := []nemEvent{
 			{W: 0, K: "grant", Op: "obtain", L: 1, Name: "x", Owner: "a", Tok: 1, Count: 1, TTL: time.Second, Start: 0, Ret: ms(10), Valid: ms(980), Delay: time.Second},
 			{W: 0, K: "done", L: 1, Name: "x", Owner: "a", Tok: 1, Ret: ms(1000), Valid: ms(1000), Lost: !released},
 			{W: 0, K: "call", Op: "release", L: 1, Name: "x", Owner: "a", Tok: 1, Start: ms(500), Ret: ms(505), Class: "ok"},
 		}
-		if !released {
+		switch {
+		case lateRelease != 0:
+			es[2].Start, es[2].Ret = ms(lateRelease), ms(lateRelease+5)
+		case !released:
 			es = es[:2]
 		}
 		return append(es, nemEvent{W: 1, K: "grant", Op: "obtain", L: 2, Name: "x", Owner: "b", Tok: 2, Count: 1, TTL: time.Second, Start: ms(50), Ret: ms(taken), Valid: ms(taken + 900)})
@@ -201,11 +205,14 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 			nemesisHistory{Backend: "etcd", Events: floored(400, "ok"), Faults: []faultRecord{{Kind: "delete-key", From: ms(2000), To: ms(2100), Worker: -1, Name: "x", DataLoss: true}}},
 			nemesisHistory{Backend: "etcd", Events: floored(400, "ok"), Faults: []faultRecord{{Kind: "pause-worker", From: ms(150), To: ms(300), Worker: 0, Server: -1}}}},
 		{chkDelay, // taken 300 ms after a lost lock's validity, within its 1 s delay; or after it, or after a release
-			nemesisHistory{Backend: "redis", Events: delayed(1300, false)},
-			nemesisHistory{Backend: "redis", Events: delayed(2001, false)}},
+			nemesisHistory{Backend: "redis", Events: delayed(1300, false, 0)},
+			nemesisHistory{Backend: "redis", Events: delayed(2001, false, 0)}},
 		{chkDelay,
-			nemesisHistory{Backend: "redis", Events: delayed(1300, false)},
-			nemesisHistory{Backend: "redis", Events: delayed(1300, true)}},
+			nemesisHistory{Backend: "redis", Events: delayed(1300, false, 0)},
+			nemesisHistory{Backend: "redis", Events: delayed(1300, true, 0)}},
+		{chkDelay, // a Release after the loss frees the name at once (WithLockDelay's doc), not before it starts
+			nemesisHistory{Backend: "redlock", Events: delayed(1300, false, 1400)},
+			nemesisHistory{Backend: "redlock", Events: delayed(1300, false, 1200)}},
 	} {
 		if v := tc.bad.check(); v.Found[tc.checker] == 0 {
 			t.Errorf("%s did not fire on %+v", tc.checker, tc.bad)

@@ -95,12 +95,7 @@ func TestNemesis(t *testing.T) {
 			c := b.start(t)
 			for _, seed := range seeds {
 				r := nemesisShape(seed, d)
-				// Redlock's short run draws no lease policy: with them, 2 of 4 full runs and
-				// replays on a 2-core machine saw a Redlock release or burst return 110-250 ms
-				// past its deadline, and one a name taken within a lost lock's delay (seed
-				// 674140275), which docs/SAFETY.md lists as open. The long suite draws them, and
-				// FENCELOCK_NEMESIS_LEASE=1 draws them there too, to chase those.
-				r.Lease = full || !strings.HasPrefix(b.name, "redlock") || os.Getenv("FENCELOCK_NEMESIS_LEASE") == "1"
+				r.Lease = true
 				row := runNemesisChecked(t, b.name, c, r)
 				rows = append(rows, row)
 			}
