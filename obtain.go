@@ -288,16 +288,17 @@ func (c *Client) attempt(ctx context.Context, r *request, queue driver.Queue) (*
 	start := c.now()
 	var g driver.Grant
 	var err error
+	inLine := false // the backend began to wait behind another holder: a grant is a hand-over
 	if queue != nil {
-		req.Waiting = func() { c.waiting(r) }
+		req.Waiting = func() { inLine = true; c.waiting(r) }
 		g, err = queue.AcquireQueued(ctx, req)
 	} else {
 		g, err = c.b.Acquire(ctx, req)
 	}
 	var lock *Lock
 	if err == nil {
-		r.held = r.held || g.Waited // granted from the line after a wait
-		if g.Waited && r.waited {
+		r.held = r.held || inLine // granted from the line after a wait
+		if inLine {
 			// The line's one wake: the grant, after its time in line.
 			c.emit(Event{Kind: EventWaited, Name: r.name, Duration: c.now().Sub(r.waitedAt), Owner: r.owner, Context: r.vctx})
 		}

@@ -193,7 +193,8 @@ type Request struct {
 	Renewed bool
 	// Waiting, when set, is called by Queue.AcquireQueued, at most once and on the calling
 	// goroutine, when the request begins to wait behind another holder (its first attempt
-	// did not get the lock). The Client tells its observer (EventWaiting).
+	// did not get the lock), and only then. The Client tells its observer (EventWaiting), and
+	// takes the grant that follows for a hand-over on that holder's release or expiry.
 	Waiting func()
 }
 
@@ -262,9 +263,6 @@ type Grant struct {
 	// from: zero for a grant made by the call's only request, the time spent in line for a
 	// queued one.
 	Elapsed time.Duration
-	// Waited says a queued grant (Queue.AcquireQueued) came after a wait in line behind
-	// another holder: a hand-over on its release or expiry, not a lock that was free.
-	Waited bool
 }
 
 // Renewal is the outcome of renewing one lease.

@@ -112,7 +112,7 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req driver.Request, q
 			b.leave(ctx, req, rev)
 			return driver.Grant{}, err
 		}
-		return waited(b.granted(ctx, req, s.id, rev, 1, start, sent))
+		return b.granted(ctx, req, s.id, rev, 1, start, sent)
 	}
 
 	// The owner has a key already: a reentrant acquisition, or the retry of one whose outcome
@@ -133,7 +133,7 @@ func (b *Backend) enqueue(ctx context.Context, s *session, req driver.Request, q
 		if sent, err = b.waitTurn(ctx, ended, pfx, key, mine[0].CreateRevision, nil); err != nil {
 			return driver.Grant{}, err
 		}
-		return waited(b.reenter(ctx, req, b.place(req.Name, req.Owner, 0), mine[0], start, sent))
+		return b.reenter(ctx, req, b.place(req.Name, req.Owner, 0), mine[0], start, sent)
 	}
 	return b.reenter(ctx, req, b.place(req.Name, req.Owner, 0), mine[0], start, sent)
 }
@@ -170,12 +170,6 @@ func madeKey(resp *clientv3.TxnResponse) int64 {
 		return resp.Header.Revision
 	}
 	return 0
-}
-
-// waited marks a grant that came after a wait in line.
-func waited(g driver.Grant, err error) (driver.Grant, error) {
-	g.Waited = err == nil
-	return g, err
 }
 
 // reenter adds req's hold to the owner's key at p, unless a retried acquisition added it

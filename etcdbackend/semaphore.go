@@ -140,7 +140,7 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req driver.Requ
 			b.leave(ctx, req, rev)
 			return driver.Grant{}, err
 		}
-		return waited(b.granted(ctx, req, s.id, rev, 1, start, sent))
+		return b.granted(ctx, req, s.id, rev, 1, start, sent)
 	}
 
 	// The owner has a key already: a reentrant acquisition, or the retry of one whose outcome
@@ -174,7 +174,7 @@ func (b *Backend) enqueuePermit(ctx context.Context, s *session, req driver.Requ
 		if sent, err = b.waitPermit(ctx, ended, req, pfx, p.key, mine[0].CreateRevision); err != nil {
 			return driver.Grant{}, err
 		}
-		return waited(b.reenter(ctx, req, p, mine[0], start, sent))
+		return b.reenter(ctx, req, p, mine[0], start, sent)
 	}
 	return b.reenter(ctx, req, p, mine[0], start, sent)
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
@@ -214,9 +215,17 @@ func (b *Backend) AcquireQueued(ctx context.Context, req driver.Request) (g driv
 		return driver.Grant{}, err
 	}
 	start, began := time.Now(), b.clock()
+	var waited atomic.Bool // the store put req in line: its grant is a hand-over
+	tell := req.Waiting
+	req.Waiting = func() {
+		waited.Store(true)
+		if tell != nil {
+			tell()
+		}
+	}
 	cerr := b.call(ctx, "queue", req.Name, func() error {
 		g, err = b.s.queued(ctx, b, req, start)
-		if err == nil && g.Waited {
+		if err == nil && waited.Load() {
 			// Measured on the caller's clock, as a real backend measures it in its process:
 			// the store's clock may run at another rate.
 			g.Elapsed = b.clock().Sub(began)

@@ -59,7 +59,7 @@ func (s *Store) handOver(e *entry, now time.Time) {
 // reply ends w's wait with a grant made at now, or a refusal.
 func (w *waiter) reply(g driver.Grant, err error, now time.Time) {
 	if err == nil {
-		g.Elapsed, g.Waited = now.Sub(w.start), true
+		g.Elapsed = now.Sub(w.start)
 	}
 	w.done <- grantReply{g, err}
 }

@@ -57,7 +57,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, req driver.Request) (driver
 	}
 	req.StartWait()
 	if joined {
-		return waited(q.wait(ctx, nil, waitFor(q.life, q.seen.pttl)))
+		return q.wait(ctx, nil, waitFor(q.life, q.seen.pttl))
 	}
 	ready, err := b.watch.Add(ctx, q.channel, q.w)
 	defer b.watch.Remove(q.channel, q.w)
@@ -65,13 +65,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, req driver.Request) (driver
 		b.leave(q.keys, req) // a grant after this return would hold the lock for no one
 		return driver.Grant{}, fmt.Errorf("%w: subscribe %s: %w", driver.ErrUnavailable, q.channel, err)
 	}
-	return waited(q.wait(ctx, ready, subscribeTimeout))
-}
-
-// waited marks a grant that came after a wait in line.
-func waited(g driver.Grant, err error) (driver.Grant, error) {
-	g.Waited = err == nil
-	return g, err
+	return q.wait(ctx, ready, subscribeTimeout)
 }
 
 // queueWait is one AcquireQueued call: its place in line, and what it has seen and heard.

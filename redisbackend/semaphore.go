@@ -206,7 +206,7 @@ func (b *Backend) waitForPermit(ctx context.Context, req driver.Request) (driver
 		select {
 		case t := <-granted:
 			if h := seen.handover(t, handed); h != nil {
-				return waited(b.handedPermit(ctx, req, *h, start, seen.sent))
+				return b.handedPermit(ctx, req, *h, start, seen.sent)
 			}
 			continue
 		case <-ready:
@@ -219,7 +219,7 @@ func (b *Backend) waitForPermit(ctx context.Context, req driver.Request) (driver
 		}
 		g, sent, err = b.permitAttempt(ctx, req, life, handed, &seen)
 		if held, full = errors.AsType[*driver.HeldError](err); !full {
-			return waited(b.permitWaited(ctx, req, g, start, sent, err))
+			return b.permitWaited(ctx, req, g, start, sent, err)
 		}
 		timer.Reset(waitFor(life, pttlOf(held)))
 	}

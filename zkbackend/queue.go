@@ -50,7 +50,7 @@ func (b *Backend) await(ctx context.Context, start time.Time, req driver.Request
 		case i < 0:
 			return driver.Grant{}, holding{}, fmt.Errorf("%w: the lock node %s vanished while in line: its session expired, or someone deleted it", driver.ErrUnavailable, n.path)
 		case i == 0 && made:
-			return b.seizeOnCreate(ctx, start, k, n, woke)
+			return b.seizeOnCreate(ctx, start, k, n)
 		case i == 0 && synced != nil:
 			return b.seizeSynced(ctx, start, k, n, sent, synced)
 		case i == 0:
@@ -96,7 +96,7 @@ func (b *Backend) await(ctx context.Context, start time.Time, req driver.Request
 			// The only node ahead is gone, and none made since stands before n: n is first,
 			// with no read to say so — a round trip off every owner change.
 			n.crowded = len(q) > 2
-			return b.seizeOnCreate(ctx, start, k, n, true)
+			return b.seizeOnCreate(ctx, start, k, n)
 		}
 	}
 }
@@ -269,17 +269,12 @@ func (b *Backend) seizeSynced(ctx context.Context, start time.Time, k holder, n 
 	if err != nil {
 		return b.leave(ctx, k, n, classify(err))
 	}
-	g, h, err := b.seize(ctx, start, k, n, sent, true)
-	g.Waited = err == nil // granted after a wait behind another node
-	return g, h, err
+	return b.seize(ctx, start, k, n, sent, true)
 }
 
-// seizeOnCreate is seize of n on the create that made it (see standsOnCreate); waited says a
-// wait in line came before.
-func (b *Backend) seizeOnCreate(ctx context.Context, start time.Time, k holder, n *node, waited bool) (driver.Grant, holding, error) {
-	g, h, err := b.seize(ctx, start, k, n, n.sent, true)
-	g.Waited = waited && err == nil
-	return g, h, err
+// seizeOnCreate is seize of n on the create that made it (see standsOnCreate).
+func (b *Backend) seizeOnCreate(ctx context.Context, start time.Time, k holder, n *node) (driver.Grant, holding, error) {
+	return b.seize(ctx, start, k, n, n.sent, true)
 }
 
 // leave takes n out of line and returns cause. A waiter whose context ended still waits

@@ -194,7 +194,7 @@ func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req driver.R
 		case err != nil:
 			return b.leave(ctx, k, n, err)
 		case fit && made:
-			return b.seizeOnCreate(ctx, start, k, n, woke)
+			return b.seizeOnCreate(ctx, start, k, n)
 		case fit && synced != nil:
 			return b.seizeSynced(ctx, start, k, n, sent, synced)
 		case fit:
