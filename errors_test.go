@@ -104,13 +104,24 @@ func TestFailedCleanupIsObserved(t *testing.T) {
 // WithReplicas reports a WAIT that failed as that failure, not as replicas that did not answer.
 func TestReplicaWaitErrorIsReported(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
-	master := testserver.StartRedis(t)
+	master := testserver.StartRedis(t, "--repl-diskless-sync-delay", "0")
 	// A writable replica takes the script's writes, and refuses WAIT.
 	replica := testserver.StartRedis(t, "--replicaof", "127.0.0.1", strings.TrimPrefix(master.Addr, "127.0.0.1:"), "--replica-read-only", "no")
+	// Synced first: the first sync replaces the replica's dataset, and would take the lock away.
+	m := master.ClientT(t)
+	waitFor(t, 10*time.Second, "the replica never acknowledged a write", func() bool {
+		return m.Set(ctx, "sync-probe", "1", 0).Err() == nil && m.Wait(ctx, 1, 100*time.Millisecond).Val() == 1
+	})
 	c := fencelock.New(redisbackend.New(replica.ClientT(t), redisbackend.WithReplicas(1, 100*time.Millisecond)))
 	defer c.Close()
-	_, err := c.TryObtain(ctx, lockName(t))
-	if err == nil || !strings.Contains(err.Error(), "WAIT") {
-		t.Fatalf("got %v, want the WAIT error", err)
+	name := lockName(t)
+	_, err := c.TryObtain(ctx, name, fencelock.WithTTL(time.Minute))
+	if err == nil || !strings.Contains(err.Error(), "WAIT") || !errors.Is(err, fencelock.ErrInvalid) {
+		t.Fatalf("got %v, want the WAIT error, matching ErrInvalid", err)
 	}
+	// The script took the lock before WAIT was refused: the Client undoes it.
+	waitFor(t, 5*time.Second, "the lock the script took before the refused WAIT is still held", func() bool {
+		info, err := c.Inspect(ctx, name)
+		return err == nil && !info.Held
+	})
 }

@@ -326,12 +326,15 @@ func (c *Client) attempt(ctx context.Context, r *request, queue driver.Queue) (*
 }
 
 // mayHaveTaken reports whether an acquisition that failed with err may still have taken the
-// lock in the store: not when the store answered (held, invalid), and not when the request
-// never left (a refused connection, a closed Client).
+// lock in the store: not when the store answered (held, invalid) unless the backend says it
+// may hold it all the same (driver.MayHold), and not when the request never left (a refused
+// connection, a closed Client).
 func mayHaveTaken(err error) bool {
 	var held *HeldError
 	var op *net.OpError
 	switch {
+	case driver.StoreMayHold(err):
+		return true
 	case errors.As(err, &held), errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
 		return false
 	case errors.As(err, &op) && op.Op == "dial":

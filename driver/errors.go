@@ -84,3 +84,21 @@ func (e *LimitError) Error() string {
 
 // Is reports whether target is ErrInvalid.
 func (e *LimitError) Is(target error) bool { return target == ErrInvalid }
+
+// MayHold marks err, the failure of an acquisition, as one after which the store may hold the
+// request's hold all the same: the Client then undoes it, releasing the hold in the
+// background, as it does after any error whose outcome is unknown. Only an error that would
+// otherwise say nothing was taken needs it — one matching ErrInvalid, as when the store ran
+// the request and then refused a step after it. A backend never undoes an acquisition itself.
+func MayHold(err error) error { return &mayHoldError{err} }
+
+type mayHoldError struct{ err error }
+
+func (e *mayHoldError) Error() string { return e.err.Error() }
+func (e *mayHoldError) Unwrap() error { return e.err }
+
+// StoreMayHold reports whether err was marked with MayHold.
+func StoreMayHold(err error) bool {
+	_, ok := errors.AsType[*mayHoldError](err)
+	return ok
+}

@@ -34,7 +34,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant
 		reply, err = redisconn.Slice(b.pipe.run(ctx, acquireScript, keys, args...))
 	}
 	if err != nil {
-		return driver.Grant{}, b.failed(req, err)
+		return driver.Grant{}, failed(err)
 	}
 	res, ok := int64s(reply)
 	if !ok || len(reply) < 2 || (res[0] == 1 && len(reply) < 3) {
@@ -61,13 +61,12 @@ func (b *Backend) replicated(ctx context.Context, script *redisconn.Script, keys
 
 // failed classifies the error of an acquisition. A WAIT that the server refused (a writable
 // replica refuses it) is a configuration the caller must change, so the error matches
-// driver.ErrInvalid, which tells the Client nothing was taken: the Backend releases what
-// the script may have taken itself.
-func (b *Backend) failed(req driver.Request, err error) error {
+// driver.ErrInvalid; the script ran before it, so the error is marked driver.MayHold, and the
+// Client undoes what the script may have taken.
+func failed(err error) error {
 	if werr, ok := errors.AsType[*redisconn.WaitError](err); ok {
-		b.undo(req)
 		if _, refused := errors.AsType[*redisconn.ServerError](err); refused {
-			return fmt.Errorf("%w: WithReplicas: the server refused %w", driver.ErrInvalid, werr)
+			return driver.MayHold(fmt.Errorf("%w: WithReplicas: the server refused %w", driver.ErrInvalid, werr))
 		}
 	}
 	return redislayer.Classify(err)

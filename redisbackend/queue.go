@@ -155,7 +155,7 @@ func (q *queueWait) wait(ctx context.Context, subscribed <-chan struct{}, next t
 // done finishes a call whose attempt sent at sent granted g or failed with err. An attempt
 // that failed may have put the waiter in line.
 func (q *queueWait) done(ctx context.Context, g *driver.Grant, sent time.Time, err error) (driver.Grant, error) {
-	if err != nil && !errors.Is(err, driver.ErrInvalid) {
+	if err != nil && (!errors.Is(err, driver.ErrInvalid) || driver.StoreMayHold(err)) {
 		q.b.leave(q.keys, q.req)
 	}
 	return q.b.queued(ctx, q.req, g, q.start, sent, err)
@@ -228,7 +228,7 @@ func (b *Backend) queued(ctx context.Context, req driver.Request, g *driver.Gran
 	if b.replicas > 0 {
 		reply, acked, err := b.replicated(ctx, renewScript, []string{b.Key(req.Name)}, []any{req.Owner, b.ttlArg(req.TTL), g.Token, "0"})
 		if err != nil {
-			return driver.Grant{}, b.failed(req, err)
+			return driver.Grant{}, failed(err)
 		}
 		if n, _ := reply.(int64); n != 1 {
 			return driver.Grant{}, fmt.Errorf("%w: %q was handed over but is no longer held", driver.ErrUnavailable, req.Name)
@@ -263,14 +263,6 @@ func (b *Backend) queueKeys(name string) []string {
 	all := b.prefix + "{" + name + "}:q:e" + b.prefix + "{" + name + "}:fence"
 	entries := all[:lock+4]
 	return []string{entries[:lock], all[lock+4:], entries[:lock+2], entries}
-}
-
-// undo releases, in the background, a hold the script may have taken but the Backend does not
-// hand out.
-func (b *Backend) undo(req driver.Request) {
-	b.bg.later(func(ctx context.Context) {
-		_, _ = b.release(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}, req.Hold)
-	})
 }
 
 var _ driver.LineLister = (*Backend)(nil)

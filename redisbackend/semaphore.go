@@ -117,7 +117,7 @@ func (b *Backend) permitAttempt(ctx context.Context, req driver.Request, life, h
 		reply, err = redisconn.Slice(b.pipe.run(ctx, semAcquireScript, keys, args...))
 	}
 	if err != nil {
-		return driver.Grant{}, sent, b.failed(req, err)
+		return driver.Grant{}, sent, failed(err)
 	}
 	res, ok := int64s(reply)
 	if !ok || len(reply) < 2 || (res[0] == 1 && len(reply) < 3) {
@@ -274,7 +274,7 @@ func pttlOf(held *driver.HeldError) int64 {
 // a failed attempt may have left the caller in line, or holding a permit handed over.
 func (b *Backend) permitWaited(ctx context.Context, req driver.Request, g driver.Grant, start, sent time.Time, err error) (driver.Grant, error) {
 	if err != nil {
-		if !errors.Is(err, driver.ErrInvalid) {
+		if !errors.Is(err, driver.ErrInvalid) || driver.StoreMayHold(err) {
 			b.leavePermitLine(req)
 		}
 		return driver.Grant{}, err
