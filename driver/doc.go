@@ -21,7 +21,8 @@
 // The Client asks for each with a type assertion:
 //
 //   - Queue: waiters wait in the store's line, first come first served, and are handed the
-//     lock on a release (AcquireQueued). Without it, Obtain retries Acquire, sleeping until a
+//     lock on a release (AcquireQueued); a Queue calls Request.StartWait when a request begins
+//     to wait behind another holder, which tells the Client its grant is a hand-over. Without it, Obtain retries Acquire, sleeping until a
 //     release (ReleaseWatcher) or the holder's TTL.
 //   - ReleaseWatcher: a waiter outside a line wakes on a release; without it, at the holder's
 //     TTL or its next poll.
@@ -45,7 +46,10 @@
 // Client undoes it: it releases that hold (Release with the hold's ID and token 0) in the
 // background, bounded by its cleanup timeout, and its next attempt takes a fresh owner unless
 // the caller chose one. A backend returns such an outcome as an error matching ErrUnavailable;
-// it returns a *HeldError, ErrInvalid or ErrClosed only when the store did not take the lock.
+// it returns a *HeldError, ErrInvalid or ErrClosed only when the store did not take the lock,
+// or marks the error with MayHold when the store refused a step after the one that may have
+// taken it. A backend never undoes an acquisition itself. A queued attempt that fails so
+// leaves the line it may have joined.
 // A Release whose outcome is unknown is retried by the Client with the same hold ID, so a
 // backend's Release must be idempotent per hold.
 //
