@@ -173,7 +173,7 @@ func (b *Backend) Nodes() int { return len(b.nodes) }
 func (b *Backend) Quorum() int { return b.quorum }
 
 // Key returns the key of the lock name on every node.
-func (b *Backend) Key(name string) string { return b.prefix + "{" + name + "}" }
+func (b *Backend) Key(name string) string { return redislayer.Key(b.prefix, name) }
 
 // keys returns the lock's key and its fence counter's key.
 func (b *Backend) keys(name string) []string {
@@ -183,21 +183,16 @@ func (b *Backend) keys(name string) []string {
 
 func (b *Backend) channelKey(name string) string { return b.Key(name) + ":released" }
 
-// usable reports why name cannot be locked. A name that starts with '}' would make the hash tag
-// of its keys empty, and a Cluster node would then hash each key whole, into different slots.
+// usable reports why name cannot be locked now: the Backend's configuration, the name
+// (redislayer.CheckName), or two nodes found to be one server.
 func (b *Backend) usable(name string) error {
-	switch {
-	case b.err != nil:
+	if b.err != nil {
 		return b.err
-	case name == "":
-		return fmt.Errorf("%w: empty lock name", driver.ErrInvalid)
-	case name[0] == '}':
-		return fmt.Errorf("%w: lock name %q starts with '}', which would empty its Cluster hash tag", driver.ErrInvalid, name)
 	}
-	if err := b.ident.failed(); err != nil {
+	if err := redislayer.CheckName(name); err != nil {
 		return err
 	}
-	return nil
+	return b.ident.failed()
 }
 
 // late reports whether a grant or renewal confirmed elapsed after its requests were sent
