@@ -32,14 +32,14 @@ func (b *Backend) acquire(ctx context.Context, req driver.Request, queue bool) (
 	start := time.Now()
 	// The retry of an acquisition whose outcome was lost may find its key in place, with its
 	// hold, and take it back: no release owed of that hold may run meanwhile, or after.
-	suspended, err := b.suspend(ctx, req)
+	claimed, err := b.claim(ctx, req)
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	for attempt := 0; ; attempt++ {
 		s, err := b.session(ctx, req.TTL)
 		if err != nil {
-			b.resume(suspended)
+			b.unclaim(claimed, false)
 			return driver.Grant{}, err
 		}
 		enqueue := b.enqueue
@@ -52,11 +52,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.Request, queue bool) (
 			b.dropSession(s)
 			continue
 		}
-		if err != nil {
-			b.resume(suspended)
-		} else {
-			b.adopted(suspended)
-		}
+		b.unclaim(claimed, err == nil)
 		return g, err
 	}
 }
@@ -256,8 +252,7 @@ func (b *Backend) leave(ctx context.Context, req driver.Request, rev int64) {
 // the Backend closed, unless the caller undid the acquisition (the Client does; a caller of
 // the Backend's own may not). A release of a hold that is not there is done at once.
 func (b *Backend) unsure(req driver.Request, rev int64) {
-	b.owe(owed{lease: leaseOf(req), hold: req.Hold, rev: rev})
-	b.settleSoon()
+	b.owed.Owe(owed{lease: leaseOf(req), hold: req.Hold, rev: rev}, nil)
 }
 
 func leaseOf(req driver.Request) driver.Lease {

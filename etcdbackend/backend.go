@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/settle"
 )
 
 // Backend is a driver.Backend and driver.Queue over an etcd cluster. It is safe for
@@ -31,16 +32,13 @@ type Backend struct {
 	id       string        // names the veto keys of this Backend's writes (see flight)
 	attempts atomic.Uint64 // the writes made, for their veto keys
 
-	mu          sync.Mutex // guards sessions, owed, flying, settling, settlingNow, settled and closed
-	sessions    map[int]*session
-	owed        []owed
-	flying      []*flight      // writes whose callers left before their outcome was known
-	settling    bool           // a goroutine is settling what is owed
-	nudged      chan struct{}  // asks that goroutine for another pass (one buffered)
-	settlingNow *owed          // the release it is making
-	settled     chan struct{}  // closed when it has made that one
-	settlers    sync.WaitGroup // that goroutine and those awaiting the flying writes, waited for by Close
-	closed      bool
+	owed     *settle.Ledger[owed] // the releases owed (see owed.go), and their settler
+	settlers sync.WaitGroup       // the goroutines awaiting the flying writes, waited for by Close
+
+	mu       sync.Mutex // guards sessions, flying and closed
+	sessions map[int]*session
+	flying   []*flight // writes whose callers left before their outcome was known
+	closed   bool
 }
 
 var (
@@ -58,7 +56,7 @@ func WithPrefix(p string) Option { return func(b *Backend) { b.prefix = p } }
 // New returns a Backend over c. A nil c gives a Backend whose every call fails with an error
 // matching driver.ErrInvalid.
 func New(c *clientv3.Client, opts ...Option) *Backend {
-	b := &Backend{c: c, prefix: "/fencelock/", sessions: make(map[int]*session), nudged: make(chan struct{}, 1), id: strconv.FormatUint(rand.Uint64(), 36)}
+	b := &Backend{c: c, prefix: "/fencelock/", sessions: make(map[int]*session), id: strconv.FormatUint(rand.Uint64(), 36)}
 	for _, o := range opts {
 		o(b)
 	}
@@ -69,6 +67,7 @@ func New(c *clientv3.Client, opts ...Option) *Backend {
 		b.err = fmt.Errorf("%w: empty key prefix", driver.ErrInvalid)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.owed = b.newLedger()
 	return b
 }
 
@@ -103,6 +102,8 @@ func (b *Backend) Close() error {
 	}
 	wg.Wait()
 	b.cancel()
+	b.owed.Close()
+	<-b.owed.Done()
 	b.settlers.Wait()
 	if failed > 0 {
 		return classify(fmt.Errorf("%d of %d leases not revoked; their locks expire with them: %w", failed, len(sessions), first))

@@ -37,9 +37,5 @@ func WatchAllUpTo(t interface{ Cleanup(func()) }, n int64) {
 func (b *Backend) Pending() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n := len(b.owed) + len(b.flying)
-	if b.settlingNow != nil {
-		n++
-	}
-	return n
+	return b.owed.Len() + len(b.flying)
 }

@@ -124,8 +124,7 @@ func (b *Backend) outcome(req driver.Request, a attempt, resp *clientv3.TxnRespo
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		// Refused: a write on a lease that is gone makes nothing.
 	default:
-		b.owe(owed{lease: leaseOf(req), hold: req.Hold, rev: a.rev, veto: a})
-		b.settleSoon()
+		b.owed.Owe(owed{lease: leaseOf(req), hold: req.Hold, rev: a.rev, veto: a}, nil)
 	}
 }
 

@@ -6,25 +6,27 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/settle"
 )
 
-// settleTimeout bounds one attempt of the settler. It runs in the background, under the
-// Backend's context, and Close waits for it.
+// settleTimeout bounds one attempt of the settler. It runs in the background, under a
+// context that Close ends, and Close waits for it.
 const settleTimeout = 2 * time.Second
 
-// settleRetry is how often what is owed is tried again when no keep-alive asks sooner.
+// settleRetry is how long the settler waits after a failed try, unless a keep-alive, or new
+// work owed, asks sooner.
 const settleRetry = time.Second
 
 // owed is a release of one hold that this Backend could not confirm: a release whose outcome
 // is unknown (a timeout, a cut connection, an election), or a waiter's leaving the line, which
 // failed or came after the caller's deadline. Its key sits on a lease the Backend keeps alive,
 // so left alone it would hold the lock, or a place in line, for no one until the Backend
-// closed. The settler retries what is owed at every keep-alive, and every second when none
-// runs, until it is done.
+// closed. The settler (internal/settle) retries what is owed at every keep-alive, and every
+// second when none runs, until it is done.
 //
 // An acquisition of the same hold — the retry of one whose outcome was lost; no other
 // acquisition has its hold ID — takes what is owed of that hold out of the settler's hands
-// while it runs (suspend), and, once granted, the hold is its holder's again and what was owed
+// while it runs (claim), and, once granted, the hold is its holder's again and what was owed
 // is void. So owed work never touches a key that a later grant adopted. Holds of other
 // acquisitions in the same key are left alone: a release takes out its own hold only.
 //
@@ -46,175 +48,48 @@ func (o owed) sameHold(l driver.Lease, hold string) bool {
 	return o.lease.Name == l.Name && o.lease.Owner == l.Owner && o.hold == hold && (o.lease.Limit > 0) == (l.Limit > 0)
 }
 
-func (b *Backend) owe(o owed) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.owed = append(b.owed, o)
+// newLedger returns the ledger of what b owes, which pays it with b.pay.
+func (b *Backend) newLedger() *settle.Ledger[owed] {
+	return settle.New(settle.Config[owed]{Pay: b.pay, Backoff: []time.Duration{settleRetry}})
 }
 
-// suspend takes the releases owed of req's hold away from the settler, waiting for one it is
-// making now, and for a write of that hold still in flight, for an acquisition of that hold.
-// The caller gives them back with resume unless the acquisition is granted, and then with
-// adopted.
-func (b *Backend) suspend(ctx context.Context, req driver.Request) ([]owed, error) {
-	var taken []owed
-	for {
-		if landed := b.inFlight(leaseOf(req), req.Hold); landed != nil {
-			select {
-			case <-landed:
-			case <-ctx.Done():
-				b.resume(taken)
-				return nil, classify(ctx.Err())
-			}
-		}
-		b.mu.Lock()
-		kept := b.owed[:0]
-		for _, o := range b.owed {
-			if o.of(req) {
-				taken = append(taken, o)
-			} else {
-				kept = append(kept, o)
-			}
-		}
-		b.owed = kept
-		var busy <-chan struct{}
-		if b.settlingNow != nil && b.settlingNow.of(req) {
-			busy = b.settled
-		}
-		b.mu.Unlock()
-		if busy == nil {
-			return taken, nil
-		}
-		select {
-		case <-busy: // done, or owed again: look again
-		case <-ctx.Done():
-			b.resume(taken)
-			return nil, classify(ctx.Err())
-		}
-	}
+// claim takes the releases owed of req's hold away from the settler, for an acquisition of
+// that hold, once none of them is being made and no write of that hold is in flight (it may
+// leave one owed). The caller gives them back with unclaim.
+func (b *Backend) claim(ctx context.Context, req driver.Request) ([]owed, error) {
+	taken, err := b.owed.Claim(ctx, func(o owed) bool { return o.of(req) },
+		func() <-chan struct{} { return b.inFlight(leaseOf(req), req.Hold) })
+	return taken, classify(err)
 }
 
-// adopted gives back, once the acquisition of a hold was granted, what was owed of it but
-// its release: the vetoes of its earlier writes.
-func (b *Backend) adopted(taken []owed) {
-	var vetoes []owed
-	for _, o := range taken {
-		if o.veto.veto != "" {
-			o.retried = true
-			vetoes = append(vetoes, o)
-		}
-	}
-	b.resume(vetoes)
-}
-
-func (b *Backend) resume(taken []owed) {
-	if len(taken) == 0 {
+// unclaim gives back what claim took. Once the acquisition of the hold was granted, the
+// releases owed of it are void, and what is given back is only the vetoes of its earlier
+// writes.
+func (b *Backend) unclaim(taken []owed, granted bool) {
+	if !granted {
+		b.owed.Unclaim(taken, nil)
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.owed = append(b.owed, taken...)
-}
-
-// settleSoon retries what is owed on a goroutine of its own, so that the keep-alive or the
-// call that asks for it is never held up; when that goroutine runs already, it tries again at
-// once after the pass it is making.
-func (b *Backend) settleSoon() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.owed) == 0 || b.closed {
-		return
+	for i := range taken {
+		taken[i].retried = true
 	}
-	if b.settling {
-		select {
-		case b.nudged <- struct{}{}:
-		default:
-		}
-		return
-	}
-	b.settling = true
-	b.settlers.Add(1)
-	go b.settleAll()
-}
-
-// settleAll settles what is owed until nothing is, or the Backend closes: a pass when asked
-// (at each keep-alive, and when something new is owed), and one every settleRetry besides, for
-// a Backend whose leases all ended has no keep-alive to ask.
-func (b *Backend) settleAll() {
-	defer b.settlers.Done()
-	t := time.NewTimer(settleRetry)
-	defer t.Stop()
-	for {
-		b.settle(b.ctx)
-		b.mu.Lock()
-		if len(b.owed) == 0 || b.closed {
-			b.settling = false
-			b.mu.Unlock()
-			return
-		}
-		b.mu.Unlock()
-		t.Reset(settleRetry)
-		select {
-		case <-b.nudged:
-		case <-t.C:
-		case <-b.ctx.Done():
-			b.mu.Lock()
-			b.settling = false
-			b.mu.Unlock()
-			return
-		}
-	}
-}
-
-// settle tries each release owed once, one at a time, and keeps what still fails for the next
-// pass.
-func (b *Backend) settle(ctx context.Context) {
-	b.mu.Lock()
-	n := len(b.owed)
-	b.mu.Unlock()
-	for range n {
-		o, ok := b.nextOwed()
-		if !ok {
-			return
-		}
-		octx, cancel := context.WithTimeout(ctx, settleTimeout)
-		done := b.pay(octx, &o)
-		cancel()
-		b.mu.Lock()
-		if !done {
-			b.owed = append(b.owed, o)
-		}
-		b.settlingNow = nil
-		close(b.settled)
-		b.mu.Unlock()
-	}
-}
-
-// nextOwed takes the first release owed and marks it as the one being made.
-func (b *Backend) nextOwed() (owed, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.owed) == 0 {
-		return owed{}, false
-	}
-	o := b.owed[0]
-	b.owed = b.owed[1:]
-	b.settlingNow, b.settled = &o, make(chan struct{})
-	return o, true
+	b.owed.Unclaim(taken, func(o owed) bool { return o.veto.veto == "" })
 }
 
 // pay makes the release owed in o, after vetoing the write it follows, and reports whether
 // it is done. A hold not there is released: its lease ended, or an earlier try did it.
-func (b *Backend) pay(ctx context.Context, o *owed) bool {
+func (b *Backend) pay(ctx context.Context, o *owed) (bool, <-chan struct{}) {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
 	if o.veto.veto != "" {
 		if err := b.veto(ctx, o.veto); err != nil {
-			return false
+			return false, nil
 		}
 		o.veto = attempt{}
 	}
 	if o.retried {
-		return true
+		return true, nil
 	}
 	_, err := b.release(ctx, o.lease, o.hold, o.rev)
-	return err == nil || errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrInvalid)
+	return err == nil || errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrInvalid), nil
 }

@@ -36,8 +36,7 @@ func (b *Backend) Release(ctx context.Context, lease driver.Lease, hold string) 
 	}
 	n, err := b.release(ctx, lease, hold, lease.Token)
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) && !errors.Is(err, driver.ErrInvalid) {
-		b.owe(owed{lease: lease, hold: hold, rev: lease.Token})
-		b.settleSoon()
+		b.owed.Owe(owed{lease: lease, hold: hold, rev: lease.Token}, nil)
 	}
 	return n, err
 }

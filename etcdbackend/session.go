@@ -56,7 +56,7 @@ func (b *Backend) session(ctx context.Context, ttl time.Duration) (*session, err
 	}
 	s := &session{
 		c: b.c, id: lease.ID, ttl: time.Duration(lease.TTL) * time.Second,
-		done: make(chan struct{}), exited: make(chan struct{}), tick: b.settleSoon,
+		done: make(chan struct{}), exited: make(chan struct{}), tick: b.owed.Kick,
 		validUntil: sent.Add(time.Duration(lease.TTL) * time.Second),
 	}
 
