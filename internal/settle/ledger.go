@@ -189,12 +189,16 @@ func (l *Ledger[T]) take(of func(T) bool) ([]T, <-chan struct{}) {
 func (l *Ledger[T]) Unclaim(taken []T, void func(T) bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	given := false
 	for _, it := range taken {
 		if void == nil || !void(it) {
 			l.owed = append(l.owed, &entry[T]{it: it})
+			given = true
 		}
 	}
-	l.settle()
+	if given {
+		l.settle()
+	}
 }
 
 // Len is how many items are owed, the one being paid included, and those Claim took not.

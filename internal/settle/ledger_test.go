@@ -281,6 +281,28 @@ func TestKickCutsTheBackoffShort(t *testing.T) {
 	})
 }
 
+// Every acquisition gives back what it claimed, mostly nothing: that wakes no settler.
+func TestUnclaimOfNothingLeavesTheBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tries atomic.Int32
+		l := settle.New(settle.Config[debt]{
+			Pay:     func(context.Context, *debt) (bool, <-chan struct{}) { return tries.Add(1) > 1, nil },
+			Backoff: []time.Duration{time.Hour},
+		})
+		defer closed(l)
+		l.Owe(debt{"h", "a"}, nil)
+		synctest.Wait()
+		l.Unclaim(nil, nil)
+		l.Unclaim([]debt{{"h", "b"}}, func(debt) bool { return true })
+		synctest.Wait()
+		if n := tries.Load(); n != 1 {
+			t.Fatalf("%d tries within the backoff", n)
+		}
+		l.Kick()
+		<-l.Settled()
+	})
+}
+
 func TestOweMergesTheSame(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var paid []string
