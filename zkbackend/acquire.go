@@ -163,7 +163,7 @@ func (b *Backend) enter(ctx context.Context, start time.Time, k holder, h holdin
 			}
 			if p := inFlight(err); p != nil {
 				// The hold may be added yet: its removal is owed once the write is answered.
-				b.owe(owed{holder: k, hold: hold, guid: h.guid(), session: h.session, pending: p})
+				b.owed.Owe(owed{holder: k, hold: hold, guid: h.guid(), session: h.session}, p)
 				return driver.Grant{}, holding{}, err
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/settle"
 )
 
 // Backend is a driver.Backend, driver.Queue, driver.Semaphores and
@@ -31,16 +32,15 @@ type Backend struct {
 
 	registered atomic.Int64               // the session this Backend last registered (sessions.go)
 	end        atomic.Pointer[sessionEnd] // the watch of its current session's end (end.go)
-	flights    flights                    // the Backend's goroutines
+	flights    flights                    // the Backend's goroutines, but the settler's
 	closed     atomic.Bool
 
-	mu          sync.Mutex          // guards held, busyDirs, owed, settling, settlingNow and settled
-	held        map[holder]*holding // lock nodes that hold a lock for an owner, as last seen
-	busyDirs    map[string]struct{} // directories that held others' nodes when last seen (busy)
-	owed        []owed              // removals still owed; see owed.go
-	settling    bool                // the settler runs
-	settlingNow *owed               // the removal it is making
-	settled     chan struct{}       // closed when it has made that one
+	owed *settle.Ledger[owed] // the removals owed (see owed.go), and their settler
+	down downLooks            // the settler's alone, under owed's lock (closedConn)
+
+	mu       sync.Mutex          // guards held and busyDirs
+	held     map[holder]*holding // lock nodes that hold a lock for an owner, as last seen
+	busyDirs map[string]struct{} // directories that held others' nodes when last seen (busy)
 }
 
 var (
@@ -82,6 +82,7 @@ func New(conn *zk.Conn, opts ...Option) *Backend {
 		o(b)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.owed = b.newLedger()
 	switch {
 	case conn == nil:
 		b.err = fmt.Errorf("%w: nil *zk.Conn", driver.ErrInvalid)
@@ -111,17 +112,21 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	deadline := time.Now().Add(CloseTimeout)
-	for b.owing() && time.Now().Before(deadline) {
-		time.Sleep(settlePoll)
+	bound, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	select {
+	case <-b.owed.Settled():
+	case <-bound.Done():
 	}
 	b.cancel()
+	b.owed.Close()
 	idle := b.flights.wait(deadline)
-	b.mu.Lock()
-	left := len(b.owed)
-	if b.settlingNow != nil {
-		left++
+	select {
+	case <-b.owed.Done():
+	case <-bound.Done():
+		idle = false
 	}
-	b.mu.Unlock()
+	left := b.owed.Len()
 	switch {
 	case left > 0:
 		return fmt.Errorf("%w: closed with the removal of %d lock node(s) not made: they end with the session", driver.ErrUnavailable, left)
@@ -129,13 +134,6 @@ func (b *Backend) Close() error {
 		return fmt.Errorf("%w: closed with requests to ZooKeeper unanswered after %v", driver.ErrUnavailable, CloseTimeout)
 	}
 	return nil
-}
-
-// owing reports whether work is owed or in progress.
-func (b *Backend) owing() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.owed) > 0 || b.settlingNow != nil
 }
 
 // Path returns the node of the lock name: its directory, whose children are the queue of

@@ -15,7 +15,7 @@ import (
 // returns once the call's context ends, so that the call returns by its deadline. The request
 // goes on in a goroutine of the Backend's until go-zookeeper answers it. A write cut short
 // this way may still be made: whoever made it owes what undoes it, to be done once the write
-// has its answer (owed.pending).
+// has its answer (the pending write of settle.Ledger.Owe).
 
 // abandoned is the error of a request whose caller stopped waiting for it.
 type abandoned struct {
@@ -153,9 +153,9 @@ func (b *Backend) sync(ctx context.Context, conn *zk.Conn, path string) error {
 	return err
 }
 
-// flights counts a Backend's goroutines: requests whose callers stopped waiting, and the
-// settler. Close waits for them. (A WaitGroup would not do: a request may start while Close
-// waits.)
+// flights counts a Backend's goroutines, requests whose callers stopped waiting among them,
+// but the settler, which its ledger of owed work keeps (internal/settle). Close waits for them
+// and for the settler. (A WaitGroup would not do: a request may start while Close waits.)
 type flights struct {
 	mu    sync.Mutex
 	n     int

@@ -30,13 +30,7 @@ func EncodeData(owner string, holds ...string) []byte {
 
 // Owed returns the number of removals the Backend still owes, the one in progress included.
 func (b *Backend) Owed() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := len(b.owed)
-	if b.settlingNow != nil {
-		n++
-	}
-	return n
+	return b.owed.Len()
 }
 
 // OwnerTag is the tag of owner's permit nodes in their names.

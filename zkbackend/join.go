@@ -44,8 +44,9 @@ func (b *Backend) join(ctx context.Context, req driver.Request, guid string, lef
 		stem = permitStem(guid, req)
 	}
 	o := owed{holder: keyOf(req.Name, req.Owner, req.Limit), hold: req.Hold, guid: guid}
-	look := len(left) > 0 // for a node left in line
-	unsure := false       // a create of o's may have made its node
+	look := len(left) > 0       // for a node left in line
+	unsure := false             // a create of o's may have made its node
+	var pending <-chan struct{} // that create, when its answer is still to come
 	var err error
 	for _, pause := range createBackoff {
 		if pause > 0 {
@@ -73,7 +74,7 @@ func (b *Backend) join(ctx context.Context, req driver.Request, guid string, lef
 			return n, nil
 		}
 		if p := inFlight(err); p != nil {
-			unsure, o.pending = true, p
+			unsure, pending = true, p
 			break
 		}
 		switch {
@@ -86,7 +87,7 @@ func (b *Backend) join(ctx context.Context, req driver.Request, guid string, lef
 		}
 	}
 	if unsure {
-		b.owe(o)
+		b.owed.Owe(o, pending)
 	}
 	if ctx.Err() != nil {
 		return nil, err

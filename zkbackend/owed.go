@@ -3,20 +3,22 @@ package zkbackend
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/settle"
 )
 
 // CloseTimeout bounds Close: how long it waits for the work the Backend owes and for its
 // goroutines.
 const CloseTimeout = 2 * time.Second
 
-// settlePoll is how often the settler looks again while it waits: for the session to come
-// back, for a write to have its answer, for an acquisition of the same hold to end.
+// settlePoll is how often the settler looks again while the session is away. go-zookeeper
+// tells of its return only on the event channel zk.Connect gave its caller, or to the callback
+// given to zk.Connect: neither is the Backend's, which is handed the connection made. So this
+// one wait is a clock's; the others (a write's answer, new work owed) are told.
 const settlePoll = 50 * time.Millisecond
 
 // settleBackoff spaces the settler's attempts at one piece of work that keeps failing.
@@ -32,9 +34,9 @@ var settleBackoff = [...]time.Duration{50 * time.Millisecond, 250 * time.Millise
 //   - a waiter's leaving the line that failed, or was cut short by the deadline;
 //   - a create whose reply was lost, and whose node could not be looked for.
 //
-// The settler, a goroutine of the Backend's, makes it once the session is back and the write
-// that left it owed (pending) has its answer, and tries again until it is done or the node's
-// session has ended. Close waits for it.
+// The settler (internal/settle) makes it once the session is back and the write that left it
+// owed (pending) has its answer, and tries again until it is done or the node's session has
+// ended. Close waits for it.
 //
 // An acquisition of the same hold — the retry of one whose outcome was lost; no other
 // acquisition has its hold ID — takes what is owed of that hold out of the settler's hands
@@ -47,191 +49,53 @@ type owed struct {
 	holder  // the lock's or permit's, and its owner
 	hold    string
 	guid    string
-	session int64           // the session that owns, or would own, the node; 0: not known
-	pending <-chan struct{} // closed once the write that left this owed has its answer
+	session int64 // the session that owns, or would own, the node; 0: not known
 }
 
 func (o owed) of(k holder, hold string) bool { return o.holder == k && o.hold == hold }
 
 func (o owed) same(p owed) bool { return o.of(p.holder, p.hold) && o.guid == p.guid }
 
-func (o owed) waiting() bool {
-	if o.pending == nil {
-		return false
-	}
-	select {
-	case <-o.pending:
-		return false
-	default:
-		return true
-	}
-}
-
-func (b *Backend) owe(o owed) {
-	b.mu.Lock()
-	// One removal waits for the other's write too, unless both have writes in flight.
-	i := slices.IndexFunc(b.owed, func(p owed) bool { return p.same(o) && (o.pending == nil || p.pending == o.pending || !p.waiting()) })
-	if i < 0 {
-		b.owed = append(b.owed, o)
-	} else if o.pending != nil {
-		b.owed[i].pending = o.pending
-	}
-	b.mu.Unlock()
-	b.settleSoon()
+// newLedger returns the ledger of what b owes, which removes nodes with b.clear.
+func (b *Backend) newLedger() *settle.Ledger[owed] {
+	return settle.New(settle.Config[owed]{
+		Pay:     func(ctx context.Context, o *owed) (bool, <-chan struct{}) { return b.clear(ctx, *o) },
+		Backoff: settleBackoff[:],
+		Same:    owed.same,
+		Gone:    b.gone,
+		Blocked: b.noSession,
+	})
 }
 
 // claim takes what is owed of k's hold away from the settler, for an acquisition of that
 // hold, once none of it is being made or waits for a write. The caller gives it back with
 // unclaim.
 func (b *Backend) claim(ctx context.Context, k holder, hold string) ([]owed, error) {
-	for {
-		b.mu.Lock()
-		var busy <-chan struct{}
-		if s := b.settlingNow; s != nil && s.of(k, hold) {
-			busy = b.settled
-		}
-		for _, o := range b.owed {
-			if o.of(k, hold) && o.waiting() {
-				busy = o.pending
-			}
-		}
-		if busy == nil {
-			var taken []owed
-			b.owed = slices.DeleteFunc(b.owed, func(o owed) bool {
-				if o.of(k, hold) {
-					taken = append(taken, o)
-					return true
-				}
-				return false
-			})
-			b.mu.Unlock()
-			return taken, nil
-		}
-		b.mu.Unlock()
-		select {
-		case <-busy:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+	return b.owed.Claim(ctx, func(o owed) bool { return o.of(k, hold) }, nil)
 }
 
 // unclaim gives back what claim took. granted is the GUID of the node the acquisition was
 // granted, or empty: what was owed of that node is void, and so is a removal from whichever
 // node was first in line, which the grant's node is.
 func (b *Backend) unclaim(taken []owed, granted string) {
-	if granted != "" {
-		taken = slices.DeleteFunc(taken, func(o owed) bool { return o.guid == granted || o.guid == "" })
-	}
-	if len(taken) == 0 {
-		return
-	}
-	b.mu.Lock()
-	b.owed = append(b.owed, taken...)
-	b.mu.Unlock()
-	b.settleSoon()
+	b.owed.Unclaim(taken, func(o owed) bool { return granted != "" && (o.guid == granted || o.guid == "") })
 }
 
-// settleSoon starts the settler unless it runs, or nothing is owed.
-func (b *Backend) settleSoon() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.settling || len(b.owed) == 0 || b.ctx.Err() != nil {
-		return
+// noSession is the settler's Blocked: it removes nodes only through the session, and looks
+// again every settlePoll while there is none.
+func (b *Backend) noSession() time.Duration {
+	if b.conn.State() == zk.StateHasSession {
+		return 0
 	}
-	b.settling = true
-	b.flights.start()
-	go b.settle()
+	return settlePoll
 }
 
-type settleStep int
-
-const (
-	settleNext settleStep = iota // make the removal returned
-	settleWait                   // nothing can be made now: look again soon
-	settleDone                   // nothing owed, or the Backend closed
-)
-
-// settle makes what is owed, one removal at a time, until nothing is.
-func (b *Backend) settle() {
-	defer b.flights.end()
-	failures := 0
-	var disconnected time.Time // since when the connection has been down for good, it seems
-	for {
-		o, step := b.nextOwed()
-		switch step {
-		case settleDone:
-			return
-		case settleWait:
-			disconnected = b.closedConn(disconnected)
-			b.pause(settlePoll)
-			continue
-		}
-		disconnected = time.Time{}
-		done, pending := b.clear(b.ctx, o)
-		b.finish(o, done, pending)
-		if done {
-			failures = 0
-			continue
-		}
-		b.pause(settleBackoff[min(failures, len(settleBackoff)-1)])
-		failures++
-	}
-}
-
-// closedConn drops everything owed once the connection has stayed down for good for a
-// second: go-zookeeper is then closed (it is in that state only for an instant while it
-// reconnects), and a closed connection's session ends, with its nodes. since is when the
-// settler first saw it so, or zero.
-func (b *Backend) closedConn(since time.Time) time.Time {
-	if b.conn.State() != zk.StateDisconnected {
-		return time.Time{}
-	}
-	if since.IsZero() {
-		return time.Now()
-	}
-	if time.Since(since) > time.Second {
-		b.mu.Lock()
-		b.owed = nil
-		b.mu.Unlock()
-	}
-	return since
-}
-
-// pause sleeps d, or until the Backend closes.
-func (b *Backend) pause(d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-b.ctx.Done():
-	}
-}
-
-// nextOwed takes the first removal that can be made now and marks it as the one in progress.
-func (b *Backend) nextOwed() (owed, settleStep) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.owed = slices.DeleteFunc(b.owed, b.gone)
-	if len(b.owed) == 0 || b.ctx.Err() != nil {
-		b.settling = false
-		return owed{}, settleDone
-	}
-	if b.conn.State() != zk.StateHasSession {
-		return owed{}, settleWait
-	}
-	for i, o := range b.owed {
-		if !o.waiting() {
-			b.owed = slices.Delete(b.owed, i, i+1)
-			b.settlingNow, b.settled = &o, make(chan struct{})
-			return o, settleNext
-		}
-	}
-	return owed{}, settleWait
-}
-
-// gone reports whether o's node ended with its session. b.mu is held.
+// gone reports whether o's node ended without a removal: with its session, or with the
+// connection, which was closed (see closedConn). It is the settler's Gone.
 func (b *Backend) gone(o owed) bool {
+	if b.closedConn() {
+		return true
+	}
 	if o.session == 0 {
 		return false
 	}
@@ -239,18 +103,28 @@ func (b *Backend) gone(o owed) bool {
 	return live == endedSession
 }
 
-// finish ends the removal in progress: kept for another attempt unless done.
-func (b *Backend) finish(o owed, done bool, pending <-chan struct{}) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !done {
-		if pending != nil {
-			o.pending = pending
-		}
-		b.owed = append(b.owed, o)
+// closedConn reports whether the connection has stayed down for good for a second: go-zookeeper
+// is then closed (it is in that state only for an instant while it reconnects), and a closed
+// connection's session ends, with its nodes. It runs in the settler alone (gone), which looks
+// every settlePoll while the session is away; a look after a longer gap (the settler had
+// nothing to do) counts afresh, for the connection may have been back meanwhile.
+func (b *Backend) closedConn() bool {
+	now := time.Now()
+	if b.conn.State() != zk.StateDisconnected {
+		b.down = downLooks{}
+		return false
 	}
-	b.settlingNow = nil
-	close(b.settled)
+	if b.down.since.IsZero() || now.Sub(b.down.last) > 2*settlePoll {
+		b.down.since = now
+	}
+	b.down.last = now
+	return now.Sub(b.down.since) > time.Second
+}
+
+// downLooks are the settler's looks in a row that found the connection disconnected.
+type downLooks struct {
+	since time.Time // the first
+	last  time.Time
 }
 
 // clear removes o's hold from its node, which deletes the node unless another hold is in it.

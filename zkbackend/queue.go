@@ -283,7 +283,7 @@ func (b *Backend) seizeOnCreate(ctx context.Context, start time.Time, k holder, 
 func (b *Backend) leave(ctx context.Context, k holder, n *node, cause error) (driver.Grant, holding, error) {
 	o := owed{holder: k, hold: n.hold, guid: parseGUID(n.name), session: n.session}
 	if b.conn.State() != zk.StateHasSession {
-		b.owe(o)
+		b.owed.Owe(o, nil)
 		return driver.Grant{}, holding{}, cause
 	}
 	if ctx.Err() != nil {
@@ -293,8 +293,7 @@ func (b *Backend) leave(ctx context.Context, k holder, n *node, cause error) (dr
 	}
 	_, err := b.releaseNode(ctx, k, n.path, n.hold, n.data, n.version, false)
 	if err != nil && err != errVanished && !errors.Is(err, driver.ErrInvalid) {
-		o.pending = inFlight(err)
-		b.owe(o)
+		b.owed.Owe(o, inFlight(err))
 		if cause == nil {
 			cause = err
 		}

@@ -35,13 +35,12 @@ func (b *Backend) Release(ctx context.Context, lease driver.Lease, hold string) 
 		o.guid, o.session = h.guid(), h.session
 	}
 	if s := b.conn.State(); s != zk.StateHasSession {
-		b.owe(o)
+		b.owed.Owe(o, nil)
 		return 0, fmt.Errorf("%w: no ZooKeeper session (connection %v): the release of %q is owed, to be made once the session is back", driver.ErrUnavailable, s, lease.Name)
 	}
 	n, err := b.release(ctx, k, hold, lease.Token, h, cached, &o)
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) && !errors.Is(err, driver.ErrInvalid) {
-		o.pending = inFlight(err)
-		b.owe(o)
+		b.owed.Owe(o, inFlight(err))
 	}
 	return n, err
 }
