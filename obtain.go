@@ -284,7 +284,7 @@ func (c *Client) attempt(ctx context.Context, r *request, queue driver.Queue) (*
 		var buf [32]byte
 		hold = string(strconv.AppendUint(append(buf[:0], c.holdPrefix...), c.holdSeq.Add(1), 36))
 	}
-	req := driver.Request{Name: r.name, Owner: r.owner, Hold: hold, TTL: r.s.ttl + r.s.lockDelay, Meta: r.s.meta, Renewed: !r.s.noWatchdog, Limit: r.limit, Weight: r.s.weight}
+	req := driver.Request{Name: r.name, Owner: r.owner, Hold: hold, TTL: r.s.ttl + r.s.lockDelay, Meta: r.s.meta, Limit: r.limit, Weight: r.s.weight}
 	start := c.now()
 	var g driver.Grant
 	var err error
@@ -302,9 +302,12 @@ func (c *Client) attempt(ctx context.Context, r *request, queue driver.Queue) (*
 			// The line's one wake: the grant, after its time in line.
 			c.emit(Event{Kind: EventWaited, Name: r.name, Duration: c.now().Sub(r.waitedAt), Owner: r.owner, Context: r.vctx})
 		}
-		if r.s.lockDelay > 0 && g.Validity > 0 && trusted(min(g.Validity, req.TTL), r.s.lockDelay) <= 0 {
-			// Handed over for a claim shorter than the delay: renewed at once to the whole TTL
-			// before it is handed out, or it would be lost at once.
+		handedShort := inLine && g.Validity > 0 && g.Validity < req.TTL && r.s.noWatchdog
+		if handedShort || r.s.lockDelay > 0 && g.Validity > 0 && trusted(min(g.Validity, req.TTL), r.s.lockDelay) <= 0 {
+			// Handed over for a short claim (a Queue bounds what a waiter that died in line
+			// holds), with no watchdog to extend it, or for one shorter than the lock delay:
+			// renewed at once to the whole TTL before it is handed out, or it would be lost
+			// before its TTL.
 			sent := c.now()
 			rn := c.b.Renew(ctx, []driver.Lease{{Name: r.name, Owner: r.owner, TTL: req.TTL, Token: g.Token, Limit: r.limit}})
 			if len(rn) > 0 && rn[0].Err == nil {

@@ -187,10 +187,6 @@ type Request struct {
 	// backend then fails with an error matching ErrUpgrade. The permit takes as many as the
 	// largest of its holds asked for, so that releasing the largest gives the difference back.
 	Weight int
-	// Renewed says the Client renews the lock while it is held (the watchdog is on). A Queue
-	// may then hand the lock to a waiter for less than TTL, saying so in Grant.Validity: the
-	// first renewal extends it, and a waiter that died in line holds it only that long.
-	Renewed bool
 	// Waiting, when set, is called by Queue.AcquireQueued, at most once and on the calling
 	// goroutine, when the request begins to wait behind another holder (its first attempt
 	// did not get the lock), and only then. The Client tells its observer (EventWaiting), and
@@ -257,7 +253,9 @@ type Grant struct {
 	Count int
 	// Validity, when positive and below the TTL, is how long after start+Elapsed the store
 	// keeps the lock (see above): a queued grant handed over for a short claim, a lease whose
-	// last keep-alive came before the request.
+	// last keep-alive came before the request. A Queue may hand a waiter the lock for less
+	// than its TTL, so that a waiter that died in line holds it only that long: the Client
+	// extends it at its first renewal, at once when it runs no watchdog.
 	Validity time.Duration
 	// Elapsed is how long after the call began the request was sent that Validity counts
 	// from: zero for a grant made by the call's only request, the time spent in line for a

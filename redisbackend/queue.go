@@ -27,8 +27,8 @@ const maxEntryLife = 5 * time.Second
 // hand-off costs no round trip after the release, and no other client hears of it.
 //
 // A place in line lives min(TTL, 5s) unless renewed; the waiter renews it a third of that
-// apart. With the watchdog on (Request.Renewed), a release hands the lock over for that long
-// too, and Grant.Validity says so; the Client's first renewal extends it to the TTL. A lock
+// apart. A release hands the lock over for that long too, and Grant.Validity says so; the
+// Client's first renewal extends it to the TTL. A lock
 // that expires rather than being released goes to the first live waiter at its next attempt,
 // made when the holder's TTL runs out. One attempt (Acquire, TryObtain) ignores the line: it
 // takes a free lock, and a lock is only free with waiters in line when its holder let it
@@ -85,14 +85,10 @@ type queueWait struct {
 
 func (b *Backend) newQueueWait(req driver.Request) *queueWait {
 	q := &queueWait{b: b, req: req, life: min(req.TTL, maxEntryLife), start: time.Now(), granted: make(chan int64, 1)}
-	// A release hands the lock over for as long as the place in line lives, when the watchdog
-	// renews it: a waiter that died since it last renewed its place keeps the lock from the
-	// others that long at most, not for its whole TTL. A live one's first renewal, a third of
-	// that later, extends it to its TTL. Without the watchdog it gets its TTL at once.
-	q.handed = req.TTL
-	if req.Renewed {
-		q.handed = q.life
-	}
+	// A release hands the lock over for as long as the place in line lives: a waiter that
+	// died since it last renewed its place keeps the lock from the others that long at most,
+	// not for its whole TTL. A live one's Client extends it to its TTL (driver.Grant.Validity).
+	q.handed = q.life
 	q.keys = b.queueKeys(req.Name)
 	q.args = []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, q.life.Milliseconds(), b.id, q.handed.Milliseconds()}
 	q.seen = attemptSeen{sent: q.start}

@@ -278,11 +278,15 @@ func TestHandOverLastsAPlaceUntilRenewed(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Without the watchdog, nobody renews: the hand-over gives the whole TTL.
+	// Without the watchdog, nobody renews later: the Client renews the short claim at once,
+	// and hands out the lock with its whole TTL.
 	name = "unwatched-waiter"
 	l = handOver(t, ctx, rdb, b, holder, waiter, name, fencelock.WithTTL(ttl), fencelock.WithWatchdog(false))
 	if pttl := rdb.PTTL(ctx, b.Key(name)).Val(); pttl <= life {
 		t.Fatalf("a waiter without a watchdog was handed the lock for %v, want its TTL %v", pttl, ttl)
+	}
+	if valid := time.Until(l.ValidUntil()); valid <= life {
+		t.Fatalf("a waiter without a watchdog trusts the lock for %v, want about its TTL %v", valid, ttl)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)

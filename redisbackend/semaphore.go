@@ -150,10 +150,7 @@ func (b *Backend) permitAttempt(ctx context.Context, req driver.Request, life, h
 func (b *Backend) waitForPermit(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	start := time.Now()
 	life := min(req.TTL, maxEntryLife)
-	handed := req.TTL
-	if req.Renewed {
-		handed = life // as for a lock: see newQueueWait
-	}
+	handed := life // as for a lock: see newQueueWait
 	seen := attemptSeen{sent: start}
 	granted := make(chan int64, 1)
 	w := releasewatch.NewWaiter()
