@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/redislayer"
-	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/redisconn"
 )
 
@@ -28,11 +26,11 @@ const maxEntryLife = 5 * time.Second
 //
 // A place in line lives min(TTL, 5s) unless renewed; the waiter renews it a third of that
 // apart. A release hands the lock over for that long too, and Grant.Validity says so; the
-// Client's first renewal extends it to the TTL. A lock
-// that expires rather than being released goes to the first live waiter at its next attempt,
-// made when the holder's TTL runs out. One attempt (Acquire, TryObtain) ignores the line: it
-// takes a free lock, and a lock is only free with waiters in line when its holder let it
-// expire.
+// Client's first renewal extends it to the TTL. A lock that expires rather than being released
+// goes to the first live waiter at its next attempt, made when the holder's TTL runs out. One
+// attempt (Acquire, TryObtain) ignores the line: it takes a free lock, and a lock is only free
+// with waiters in line when its holder let it expire. The wait itself is lineWait's, shared
+// with a semaphore's permits.
 func (b *Backend) AcquireQueued(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if err := b.usable(req.Name); err != nil {
 		return driver.Grant{}, err
@@ -43,123 +41,50 @@ func (b *Backend) AcquireQueued(ctx context.Context, req driver.Request) (driver
 	if strings.Contains(req.Hold, "@") {
 		return driver.Grant{}, fmt.Errorf("%w: hold ID %q contains '@'", driver.ErrInvalid, req.Hold)
 	}
-	q := b.newQueueWait(req)
-	// A client that waited for this lock a moment ago is still subscribed: the waiter listens
-	// before its first attempt and needs no second one. Otherwise the first attempt goes before
-	// subscribing, so that a free lock costs one round trip and no subscription.
-	joined := b.watch.Join(q.channel, q.w)
-	if joined {
-		defer b.watch.Remove(q.channel, q.w)
-	}
-	g, sent, err := q.attempt(ctx)
-	if err != nil || g != nil {
-		return q.done(ctx, g, sent, err)
-	}
-	req.StartWait()
-	if joined {
-		return q.wait(ctx, nil, waitFor(q.life, q.seen.pttl))
-	}
-	ready, err := b.watch.Add(ctx, q.channel, q.w)
-	defer b.watch.Remove(q.channel, q.w)
-	if err != nil {
-		b.leave(q.keys, req) // a grant after this return would hold the lock for no one
-		return driver.Grant{}, fmt.Errorf("%w: subscribe %s: %w", driver.ErrUnavailable, q.channel, err)
-	}
-	return q.wait(ctx, ready, subscribeTimeout)
-}
-
-// queueWait is one AcquireQueued call: its place in line, and what it has seen and heard.
-type queueWait struct {
-	b       *Backend
-	req     driver.Request
-	keys    []string
-	args    []any
-	life    time.Duration // how long its place lives unless renewed
-	handed  time.Duration // how long a release hands it the lock for
-	start   time.Time
-	seen    attemptSeen
-	granted chan int64 // hand-overs announced to it: their tokens
-	w       *releasewatch.Waiter
-	channel string // where its Backend's hand-overs are announced
-}
-
-func (b *Backend) newQueueWait(req driver.Request) *queueWait {
-	q := &queueWait{b: b, req: req, life: min(req.TTL, maxEntryLife), start: time.Now(), granted: make(chan int64, 1)}
-	// A release hands the lock over for as long as the place in line lives: a waiter that
-	// died since it last renewed its place keeps the lock from the others that long at most,
-	// not for its whole TTL. A live one's Client extends it to its TTL (driver.Grant.Validity).
-	q.handed = q.life
-	q.keys = b.queueKeys(req.Name)
-	q.args = []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, q.life.Milliseconds(), b.id, q.handed.Milliseconds()}
-	q.seen = attemptSeen{sent: q.start}
+	l := b.newLineWait(req, b.Key(req.Name)+":g:"+b.id)
 	member := req.Hold + "@" + req.Owner
-	q.w = releasewatch.NewWaiter()
-	q.w.Message = func(payload string) bool {
+	l.w.Message = func(payload string) bool {
 		// 'g <token> <hold id>@<owner>': a release handed the lock to that waiter of this client.
 		rest, _ := strings.CutPrefix(payload, "g ")
 		tok, who, _ := strings.Cut(rest, " ")
 		if who != member {
 			return false
 		}
-		if t, err := strconv.ParseInt(tok, 10, 64); err == nil {
-			select {
-			case q.granted <- t:
-			default:
-			}
-		}
+		l.handed(tok)
 		return true
 	}
-	q.channel = b.Key(req.Name) + ":g:" + b.id
-	return q
+	k := &lockLine{b: b, req: req, start: l.start, keys: b.queueKeys(req.Name)}
+	k.args = []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, l.life.Milliseconds(), b.id, l.hand.Milliseconds()}
+	return l.wait(ctx, k)
 }
 
-// wait waits in line, attempting again when a release may have freed the lock, when its place
-// needs renewing, or when subscribed fires (no hand-over can pass unseen from then on).
-func (q *queueWait) wait(ctx context.Context, subscribed <-chan struct{}, next time.Duration) (driver.Grant, error) {
-	timer := time.NewTimer(next)
-	defer timer.Stop()
-	for {
-		select {
-		case t := <-q.granted:
-			if g := q.seen.handover(t, q.handed); g != nil {
-				return q.b.queued(ctx, q.req, g, q.start, q.seen.sent, nil)
-			}
-			continue
-		case <-subscribed:
-			subscribed = nil
-		case <-q.w.Wake:
-		case <-timer.C:
-		case <-ctx.Done():
-			q.b.leave(q.keys, q.req)
-			return driver.Grant{}, ctx.Err()
-		}
-		select {
-		case t := <-q.granted:
-			if g := q.seen.handover(t, q.handed); g != nil {
-				return q.b.queued(ctx, q.req, g, q.start, q.seen.sent, nil)
-			}
-		default:
-		}
-		g, sent, err := q.attempt(ctx)
-		if err != nil || g != nil {
-			return q.done(ctx, g, sent, err)
-		}
-		timer.Reset(waitFor(q.life, q.seen.pttl))
-	}
+// lockLine is the lock's part of a wait in its line (lineKind).
+type lockLine struct {
+	b     *Backend
+	req   driver.Request
+	start time.Time
+	keys  []string
+	args  []any
 }
 
-// done finishes a call whose attempt sent at sent granted g or failed with err. An attempt
-// that failed may have put the waiter in line.
-func (q *queueWait) done(ctx context.Context, g *driver.Grant, sent time.Time, err error) (driver.Grant, error) {
+func (k *lockLine) attempt(ctx context.Context, seen *attemptSeen) (*driver.Grant, time.Time, error) {
+	return k.b.queueAttempt(ctx, k.req, k.keys, k.args, seen)
+}
+
+// finish ends a wait whose attempt sent at sent granted g or failed with err. An attempt that
+// failed may have put the waiter in line.
+func (k *lockLine) finish(ctx context.Context, g *driver.Grant, sent time.Time, err error) (driver.Grant, error) {
 	if err != nil && (!errors.Is(err, driver.ErrInvalid) || driver.StoreMayHold(err)) {
-		q.b.leave(q.keys, q.req)
+		k.leave()
 	}
-	return q.b.queued(ctx, q.req, g, q.start, sent, err)
+	return k.b.queued(ctx, k.req, g, k.start, sent, err)
 }
 
-func (q *queueWait) attempt(ctx context.Context) (*driver.Grant, time.Time, error) {
-	return q.b.queueAttempt(ctx, q.req, q.keys, q.args, &q.seen)
+func (k *lockLine) handedOver(ctx context.Context, g driver.Grant, sent time.Time) (driver.Grant, error) {
+	return k.b.queued(ctx, k.req, &g, k.start, sent, nil)
 }
+
+func (k *lockLine) leave() { k.b.leave(k.keys, k.req) }
 
 // attemptSeen is what the latest attempt that found a waiter in line saw.
 type attemptSeen struct {

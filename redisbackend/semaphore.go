@@ -11,7 +11,6 @@ import (
 
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/redislayer"
-	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/redisconn"
 )
 
@@ -148,14 +147,9 @@ func (b *Backend) permitAttempt(ctx context.Context, req driver.Request, life, h
 // goes to the first waiter at its next attempt, made when the first permit's TTL runs out;
 // attempts also renew the place, a third of its life apart.
 func (b *Backend) waitForPermit(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	start := time.Now()
-	life := min(req.TTL, maxEntryLife)
-	handed := life // as for a lock: see newQueueWait
-	seen := attemptSeen{sent: start}
-	granted := make(chan int64, 1)
-	w := releasewatch.NewWaiter()
+	l := b.newLineWait(req, b.semKeys(req.Name)[0]+":g:"+b.id)
 	hold := semHold(req.Hold)
-	w.Message = func(payload string) bool {
+	l.w.Message = func(payload string) bool {
 		// 'g <token> <hold> <owner>': a release handed a permit to that hold of this Backend's
 		// waiters. The owner's other waiters (goroutines under one WithOwner share a place)
 		// wake to enter the permit it now holds.
@@ -165,76 +159,53 @@ func (b *Backend) waitForPermit(ctx context.Context, req driver.Request) (driver
 		if who != req.Owner {
 			return false
 		}
-		if t, err := strconv.ParseInt(tok, 10, 64); err == nil && to == hold {
-			select {
-			case granted <- t:
-			default:
-			}
+		if to == hold {
+			l.handed(tok)
 		}
 		return true
 	}
-	channel := b.semKeys(req.Name)[0] + ":g:" + b.id
-	// As for a lock: a Backend that waited here a moment ago is still subscribed, and listens
-	// before its first attempt; otherwise a free permit costs one round trip and no
-	// subscription.
-	joined := b.watch.Join(channel, w)
-	if joined {
-		defer b.watch.Remove(channel, w)
-	}
-	g, sent, err := b.permitAttempt(ctx, req, life, handed, &seen)
-	held, full := errors.AsType[*driver.HeldError](err)
-	if !full {
-		return b.permitWaited(ctx, req, g, start, sent, err)
-	}
-	req.StartWait()
-	var ready <-chan struct{}
-	next := waitFor(life, pttlOf(held))
-	if !joined {
-		if ready, err = b.watch.Add(ctx, channel, w); err != nil {
-			b.leavePermitLine(req)
-			return driver.Grant{}, fmt.Errorf("%w: subscribe %s: %w", driver.ErrUnavailable, channel, err)
-		}
-		defer b.watch.Remove(channel, w)
-		next = min(subscribeTimeout, next)
-	}
-	timer := time.NewTimer(next)
-	defer timer.Stop()
-	for {
-		select {
-		case t := <-granted:
-			if h := seen.handover(t, handed); h != nil {
-				return b.handedPermit(ctx, req, *h, start, seen.sent)
-			}
-			continue
-		case <-ready:
-			ready = nil
-		case <-w.Wake:
-		case <-timer.C:
-		case <-ctx.Done():
-			b.leavePermitLine(req)
-			return driver.Grant{}, ctx.Err()
-		}
-		g, sent, err = b.permitAttempt(ctx, req, life, handed, &seen)
-		if held, full = errors.AsType[*driver.HeldError](err); !full {
-			return b.permitWaited(ctx, req, g, start, sent, err)
-		}
-		timer.Reset(waitFor(life, pttlOf(held)))
-	}
+	return l.wait(ctx, &permitLine{b: b, req: req, start: l.start, life: l.life, hand: l.hand})
 }
 
-// handedPermit finishes a wait that a release ended with a hand-over, counted from sent, the
-// latest attempt that found the caller in line. With WithReplicas, an attempt confirms it:
-// the owner holds the permit, so the script extends it, and the replicas must acknowledge that.
-func (b *Backend) handedPermit(ctx context.Context, req driver.Request, g driver.Grant, start, sent time.Time) (driver.Grant, error) {
-	if b.replicas > 0 {
-		confirmed, sent, err := b.permitAttempt(ctx, req, 0, 0, nil)
-		if _, full := errors.AsType[*driver.HeldError](err); full {
-			err = fmt.Errorf("%w: a permit of %q was handed over but is no longer held", driver.ErrUnavailable, req.Name)
-		}
-		return b.permitWaited(ctx, req, confirmed, start, sent, err)
-	}
-	return b.permitWaited(ctx, req, g, start, sent, nil)
+// permitLine is the permit's part of a wait in its semaphore's line (lineKind).
+type permitLine struct {
+	b          *Backend
+	req        driver.Request
+	start      time.Time
+	life, hand time.Duration
 }
+
+func (k *permitLine) attempt(ctx context.Context, seen *attemptSeen) (*driver.Grant, time.Time, error) {
+	g, sent, err := k.b.permitAttempt(ctx, k.req, k.life, k.hand, seen)
+	if held, full := errors.AsType[*driver.HeldError](err); full {
+		seen.pttl = pttlOf(held)
+		return nil, sent, nil
+	}
+	return &g, sent, err
+}
+
+func (k *permitLine) finish(ctx context.Context, g *driver.Grant, sent time.Time, err error) (driver.Grant, error) {
+	if err != nil {
+		return k.b.permitWaited(ctx, k.req, driver.Grant{}, k.start, sent, err)
+	}
+	return k.b.permitWaited(ctx, k.req, *g, k.start, sent, nil)
+}
+
+// handedOver finishes a wait that a release ended with a hand-over. With WithReplicas, an
+// attempt confirms it: the owner holds the permit, so the script extends it, and the replicas
+// must acknowledge that.
+func (k *permitLine) handedOver(ctx context.Context, g driver.Grant, sent time.Time) (driver.Grant, error) {
+	if k.b.replicas > 0 {
+		confirmed, sent, err := k.b.permitAttempt(ctx, k.req, 0, 0, nil)
+		if _, full := errors.AsType[*driver.HeldError](err); full {
+			err = fmt.Errorf("%w: a permit of %q was handed over but is no longer held", driver.ErrUnavailable, k.req.Name)
+		}
+		return k.b.permitWaited(ctx, k.req, confirmed, k.start, sent, err)
+	}
+	return k.b.permitWaited(ctx, k.req, g, k.start, sent, nil)
+}
+
+func (k *permitLine) leave() { k.b.leavePermitLine(k.req) }
 
 // semHold is a hold ID as the semaphore scripts record it (sem_hold): '-' for none.
 func semHold(id string) string {
