@@ -42,11 +42,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.Request, queue bool) (
 			b.unclaim(claimed, false)
 			return driver.Grant{}, err
 		}
-		enqueue := b.enqueue
-		if req.Limit > 0 {
-			enqueue = b.enqueuePermit
-		}
-		g, err := enqueue(ctx, s, req, queue, start)
+		g, err := b.enqueue(ctx, s, req, queue, start)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
 			// The lease expired between the lookup and the put: take a new one.
 			b.dropSession(s)
@@ -57,89 +53,41 @@ func (b *Backend) acquire(ctx context.Context, req driver.Request, queue bool) (
 	}
 }
 
-func (b *Backend) enqueue(ctx context.Context, s *session, req driver.Request, queue bool, start time.Time) (driver.Grant, error) {
-	pfx := b.queuePrefix(req.Name)
-	key := pfx + req.Owner
-	sent := time.Now()
-	// The head of the queue; for a request that will wait in line, when the line is short,
-	// every key ahead of its own too (see waitTurn). One attempt uses the head alone.
+// lockQueue is a lock's line: the owner whose key is the first holds the lock.
+type lockQueue struct {
+	b    *Backend
+	req  driver.Request
+	p    place
+	pfx  string
+	wait bool
+}
+
+// join makes the owner's key in the lock's queue and reads the head of the queue; for a
+// request that will wait in line, when the line is short, every key ahead of its own too (see
+// waitTurn). One attempt uses the head alone. A fresh owner's first hold waiting in line finds
+// no key of its owner (see driver.Request.Hold) but for a rare exception, read after the fact:
+// its transaction does without the Else branch.
+func (q lockQueue) join(ctx context.Context, s *session) (joined, error) {
+	b, req, key := q.b, q.req, q.p.key
 	lineLen := int64(1)
-	if queue {
+	if q.wait {
 		lineLen = watchAllUpTo + 1
 	}
-	first := clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+	first := clientv3.OpGet(q.pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(lineLen))
 	then := []clientv3.Op{clientv3.OpPut(key, holds{req.Hold}.encode(), clientv3.WithLease(s.id)), first}
 	if req.Meta != "" {
-		then = append(then, clientv3.OpPut(b.metaKey(req.Name, req.Owner), req.Meta, clientv3.WithLease(s.id)))
+		then = append(then, clientv3.OpPut(q.p.meta(), req.Meta, clientv3.WithLease(s.id)))
 	}
 	a := b.newAttempt(s.id)
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0), a.unvetoed()}
-	if !queue {
+	if !q.wait {
 		// One attempt joins only an empty queue: a key that joined a held lock only to leave
 		// again would stand at the head between the holder's release and its own deletion,
 		// and every attempt in between would be told the lock is held when no one holds it.
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix())
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(q.pfx), "=", 0).WithPrefix())
 	}
-	resp, err := b.join(ctx, req, a, key, first, cmps, then, queue && req.Hold == "")
-	if err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return driver.Grant{}, err // refused: the put was not made
-		}
-		return driver.Grant{}, classify(err) // what it may have made is owed (see commit)
-	}
-	holderKVs := resp.Responses[1].GetResponseRange().Kvs
-	if resp.Succeeded {
-		rev := resp.Header.Revision
-		if len(holderKVs) > 0 && holderKVs[0].CreateRevision == rev {
-			return b.granted(ctx, req, s.id, rev, 1, start, sent)
-		}
-		if !queue {
-			b.leave(ctx, req, rev)
-			return driver.Grant{}, held(req.Name)
-		}
-		req.StartWait()
-		var known *line
-		if n := len(holderKVs); n > 0 && !resp.Responses[1].GetResponseRange().More && holderKVs[n-1].CreateRevision == rev {
-			known = &line{ahead: holderKVs[:n-1], seen: rev} // the whole queue: all but the last, its own
-		}
-		sent, err := b.waitTurn(ctx, s.done, pfx, key, rev, known)
-		if err != nil {
-			b.leave(ctx, req, rev)
-			return driver.Grant{}, err
-		}
-		return b.granted(ctx, req, s.id, rev, 1, start, sent)
-	}
-
-	// The owner has a key already: a reentrant acquisition, or the retry of one whose outcome
-	// was lost. Or, for one attempt, the queue was not empty.
-	mine := resp.Responses[0].GetResponseRange().Kvs
-	if len(mine) == 0 {
-		if !queue {
-			return driver.Grant{}, held(req.Name)
-		}
-		return driver.Grant{}, fmt.Errorf("%w: the owner's key vanished during the acquisition", driver.ErrUnavailable)
-	}
-	if len(holderKVs) == 0 || holderKVs[0].CreateRevision != mine[0].CreateRevision {
-		if !queue {
-			return driver.Grant{}, held(req.Name)
-		}
-		ended := b.leaseEnded(clientv3.LeaseID(mine[0].Lease))
-		req.StartWait()
-		if sent, err = b.waitTurn(ctx, ended, pfx, key, mine[0].CreateRevision, nil); err != nil {
-			return driver.Grant{}, err
-		}
-		return b.reenter(ctx, req, b.place(req.Name, req.Owner, 0), mine[0], start, sent)
-	}
-	return b.reenter(ctx, req, b.place(req.Name, req.Owner, 0), mine[0], start, sent)
-}
-
-// join runs the transaction that makes the owner's key in the queue, req's write of attempt
-// a: if cmps hold, then; if not, it reads the owner's key and the first of the queue (first).
-// A fresh owner's first hold waiting in line finds no key of its owner (see
-// driver.Request.Hold) but for a rare exception, read after the fact: its transaction does
-// without the Else branch.
-func (b *Backend) join(ctx context.Context, req driver.Request, a attempt, key string, first clientv3.Op, cmps []clientv3.Cmp, then []clientv3.Op, fresh bool) (*clientv3.TxnResponse, error) {
+	fresh := q.wait && req.Hold == ""
 	resp, err := b.commit(ctx, req, a, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		txn := b.c.Txn(ctx).If(cmps...).Then(then...)
 		if !fresh {
@@ -147,16 +95,38 @@ func (b *Backend) join(ctx context.Context, req driver.Request, a attempt, key s
 		}
 		return txn.Commit()
 	}, madeKey)
-	if err != nil || !fresh || resp.Succeeded {
-		return resp, err
+	made := err == nil && resp.Succeeded
+	if err == nil && fresh && !made {
+		// The owner has a key: another Client's under the same owner, or this one's, made by
+		// an attempt whose reply was lost. Read what the Else branch would have.
+		resp, err = b.c.Txn(ctx).Then(clientv3.OpGet(key), first).Commit()
 	}
-	// The owner has a key: another Client's under the same owner, or this one's, made by an
-	// attempt whose reply was lost. Read what the Else branch would have.
-	resp, err = b.c.Txn(ctx).Then(clientv3.OpGet(key), first).Commit()
-	if err == nil {
-		resp.Succeeded = false
+	if err != nil {
+		return joined{}, err
 	}
-	return resp, err
+	return joinedOf(resp, made, resp.Responses), nil
+}
+
+func (q lockQueue) holding(j joined, rev int64) (bool, error) {
+	return len(j.queued) > 0 && j.queued[0].CreateRevision == rev, nil
+}
+
+// refused finds the lock held when one attempt's join found no key of its owner: it joins only
+// an empty queue.
+func (q lockQueue) refused(j joined) error {
+	if j.mine == nil && !q.wait {
+		return held(q.p)
+	}
+	return nil
+}
+
+// waitTurn starts from the line the join read, when it made the key and read the whole line.
+func (q lockQueue) waitTurn(ctx context.Context, ended <-chan struct{}, j joined, rev int64) (time.Time, error) {
+	var known *line
+	if n := len(j.queued); j.made && n > 0 && !j.more && j.queued[n-1].CreateRevision == rev {
+		known = &line{ahead: j.queued[:n-1], seen: rev} // the whole queue: all but the last, its own
+	}
+	return q.b.waitTurn(ctx, ended, q.pfx, q.p.key, rev, known)
 }
 
 // madeKey says which key a transaction that makes the owner's key if it can made: the one
@@ -229,9 +199,10 @@ func (b *Backend) granted(ctx context.Context, req driver.Request, lease clientv
 	return driver.Grant{Token: rev, Count: count, Validity: until.Sub(sent), Elapsed: sent.Sub(start)}, nil
 }
 
-// held is the error for a lock held by another owner. It leaves the holder's remaining TTL
-// unknown: finding it would cost another round trip, and Obtain waits in the queue instead.
-func held(name string) error { return &driver.HeldError{Name: name} }
+// held is the error for a lock held by another owner, or a semaphore whose permits are taken,
+// at p. It leaves the holder's remaining TTL unknown: finding it would cost another round
+// trip, and Obtain waits in the queue instead.
+func held(p place) error { return &driver.HeldError{Name: p.name, Limit: p.limit} }
 
 // leave takes a waiter's hold, in the key made at rev, out of line: under ctx while it lasts,
 // else, or when that fails, by the settler at once, so that the caller returns by its deadline.

@@ -107,85 +107,21 @@ func decodePermit(v []byte) (int, holds, error) {
 	return limit, h, err
 }
 
-// enqueuePermit is enqueue for a permit of the semaphore req.Name: it makes the owner's key,
-// and reads in the same transaction the keys of the queue, oldest first: a key holds its
-// permits when those of every key before it and its own fit in the limit.
-func (b *Backend) enqueuePermit(ctx context.Context, s *session, req driver.Request, queue bool, start time.Time) (driver.Grant, error) {
-	p := b.place(req.Name, req.Owner, req.Limit)
-	pfx := b.semPrefix(req.Name)
-	sent := time.Now()
-	made, ops, rev, err := b.joinPermit(ctx, s, req, p, pfx)
-	if err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return driver.Grant{}, err // refused: the put was not made
-		}
-		return driver.Grant{}, classify(err) // what it may have made is owed (see commit)
-	}
-	queued := ops[1].GetResponseRange().Kvs
-	if made {
-		if ok, err := holder(queued, rev); err != nil || ok {
-			if err != nil {
-				b.leave(ctx, req, rev)
-				return driver.Grant{}, err
-			}
-			return b.granted(ctx, req, s.id, rev, 1, start, sent)
-		}
-		if !queue {
-			b.leave(ctx, req, rev)
-			return driver.Grant{}, &driver.HeldError{Name: req.Name, Limit: req.Limit}
-		}
-		req.StartWait()
-		sent, err := b.waitPermit(ctx, s.done, req, pfx, p.key, rev)
-		if err != nil {
-			b.leave(ctx, req, rev)
-			return driver.Grant{}, err
-		}
-		return b.granted(ctx, req, s.id, rev, 1, start, sent)
-	}
-
-	// The owner has a key already: a reentrant acquisition, or the retry of one whose outcome
-	// was lost. Or the queue holds keys of another limit.
-	mine := ops[0].GetResponseRange().Kvs
-	if len(mine) == 0 {
-		if err := agreed(req, queued); err != nil {
-			return driver.Grant{}, err
-		}
-		return driver.Grant{}, fmt.Errorf("%w: the owner's key vanished during the acquisition", driver.ErrUnavailable)
-	}
-	limit, h, err := decodePermit(mine[0].Value)
-	switch {
-	case err != nil:
-		return driver.Grant{}, err
-	case limit != req.Limit:
-		return driver.Grant{}, &driver.LimitError{Name: req.Name, Limit: req.Limit, Stored: limit}
-	case max(req.Weight, 1) > h.weight():
-		return driver.Grant{}, fmt.Errorf("%w: %q: this owner holds %d permits and asks for %d", driver.ErrUpgrade, req.Name, h.weight(), max(req.Weight, 1))
-	}
-	ok, err := holder(queued, mine[0].CreateRevision)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	if !ok {
-		if !queue {
-			return driver.Grant{}, &driver.HeldError{Name: req.Name, Limit: req.Limit}
-		}
-		ended := b.leaseEnded(clientv3.LeaseID(mine[0].Lease))
-		req.StartWait()
-		if sent, err = b.waitPermit(ctx, ended, req, pfx, p.key, mine[0].CreateRevision); err != nil {
-			return driver.Grant{}, err
-		}
-		return b.reenter(ctx, req, p, mine[0], start, sent)
-	}
-	return b.reenter(ctx, req, p, mine[0], start, sent)
+// permitQueue is a semaphore's line: a key holds its permits when those of every key before it
+// and its own fit in the limit.
+type permitQueue struct {
+	b   *Backend
+	req driver.Request
+	p   place
+	pfx string
 }
 
-// joinPermit runs the transaction that makes the owner's key in the semaphore's queue, p,
-// when the owner has none and every key in the queue agrees with req's limit — or the queue is
-// empty, which no comparison of the keys' values can tell (etcd fails a comparison of a value
-// over a range with no key), so that a nested transaction asks. When it made the key, ops are
-// the put and the read of the queue, oldest first, and rev is the key's create revision; when
-// it did not, the reads of the owner's key and of the queue.
-func (b *Backend) joinPermit(ctx context.Context, s *session, req driver.Request, p place, pfx string) (made bool, ops []*etcdserverpb.ResponseOp, rev int64, err error) {
+// join makes the owner's key in the semaphore's queue, p, when the owner has none and every
+// key in the queue agrees with req's limit — or the queue is empty, which no comparison of the
+// keys' values can tell (etcd fails a comparison of a value over a range with no key), so that
+// a nested transaction asks. Either way it reads the whole queue, oldest first.
+func (q permitQueue) join(ctx context.Context, s *session) (joined, error) {
+	b, req, p, pfx := q.b, q.req, q.p, q.pfx
 	line := clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	then := []clientv3.Op{clientv3.OpPut(p.key, p.value(holds{entry(req.Hold, req.Weight)}), clientv3.WithLease(s.id)), line}
 	if req.Meta != "" {
@@ -215,14 +151,42 @@ func (b *Backend) joinPermit(ctx context.Context, s *session, req driver.Request
 		return 0
 	})
 	if err != nil {
-		return false, nil, 0, err
+		return joined{}, err
 	}
-	made, ops = joinedPermit(resp)
-	return made, ops, resp.Header.Revision, nil
+	made, ops := joinedPermit(resp)
+	return joinedOf(resp, made, ops), nil
 }
 
-// joinedPermit reads the reply of joinPermit's transaction: whether it made the key, and the
-// replies of the branch that ran.
+func (q permitQueue) holding(j joined, rev int64) (bool, error) { return holder(j.queued, rev) }
+
+// refused refuses a permit whose limit is not the line's, or not that of its owner's key, and
+// one that asks for more permits than that key takes (driver.ErrUpgrade: refused at once,
+// never waited for).
+func (q permitQueue) refused(j joined) error {
+	req := q.req
+	if j.mine == nil {
+		return agreed(req, j.queued)
+	}
+	limit, h, err := decodePermit(j.mine.Value)
+	switch {
+	case err != nil:
+		return err
+	case limit != req.Limit:
+		return &driver.LimitError{Name: req.Name, Limit: req.Limit, Stored: limit}
+	case max(req.Weight, 1) > h.weight():
+		return fmt.Errorf("%w: %q: this owner holds %d permits and asks for %d", driver.ErrUpgrade, req.Name, h.weight(), max(req.Weight, 1))
+	}
+	return nil
+}
+
+// waitTurn reads the line again rather than start from the join's read: a permit waiter's
+// watch must exist before the read it counts on (see waitPermit).
+func (q permitQueue) waitTurn(ctx context.Context, ended <-chan struct{}, _ joined, rev int64) (time.Time, error) {
+	return q.b.waitPermit(ctx, ended, q.req, q.pfx, q.p.key, rev)
+}
+
+// joinedPermit reads the reply of permitQueue.join's transaction: whether it made the key,
+// and the replies of the branch that ran.
 func joinedPermit(resp *clientv3.TxnResponse) (bool, []*etcdserverpb.ResponseOp) {
 	if resp.Succeeded {
 		return true, resp.Responses
