@@ -182,7 +182,7 @@ func (q permitQueue) refused(j joined) error {
 // waitTurn reads the line again rather than start from the join's read: a permit waiter's
 // watch must exist before the read it counts on (see waitPermit).
 func (q permitQueue) waitTurn(ctx context.Context, ended <-chan struct{}, _ joined, rev int64) (time.Time, error) {
-	return q.b.waitPermit(ctx, ended, q.req, q.pfx, q.p.key, rev)
+	return q.b.waitPermit(ctx, ended, q.pfx, q.p.key, rev)
 }
 
 // joinedPermit reads the reply of permitQueue.join's transaction: whether it made the key,
@@ -253,11 +253,12 @@ func (h holds) weight() int {
 }
 
 // waitPermit waits until the permits of the keys of the queue created before the waiter's,
-// made at rev, and the waiter's own fit in req.Limit. It watches the queue from before each
-// read, so that no deletion, nor a holder giving permits back (a write lock released under a
-// read lock), passes unseen, and returns when the read that found so was sent. ended closes
-// when the lease of the waiter's key is known to be gone.
-func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, req driver.Request, pfx, key string, rev int64) (time.Time, error) {
+// made at rev, and the waiter's own fit in the smallest limit any of them has (see holder).
+// It watches the queue from before each read, so that no deletion, nor a holder giving
+// permits back (a write lock released under a read lock), passes unseen, and returns when the
+// read that found so was sent. ended closes when the lease of the waiter's key is known to be
+// gone.
+func (b *Backend) waitPermit(ctx context.Context, ended <-chan struct{}, pfx, key string, rev int64) (time.Time, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	var wch clientv3.WatchChan
