@@ -85,7 +85,7 @@ func (b *Backend) attempt(ctx context.Context, start time.Time, req driver.Reque
 		if err != nil {
 			return driver.Grant{}, holding{}, err
 		}
-		return b.await(ctx, start, req, n, queued)
+		return b.await(ctx, start, req, n, &lockLine{b: b, req: req, n: n, queued: queued})
 	}
 	return driver.Grant{}, holding{}, fmt.Errorf("%w: %q changed hands %d times while being acquired", driver.ErrUnavailable, req.Name, lookTries)
 }

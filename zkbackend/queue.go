@@ -18,95 +18,82 @@ import (
 // may take past its deadline (README, "Deadlines").
 const leaveGrace = 25 * time.Millisecond
 
-// await holds the lock once n is first in line. Queued, it waits for that, watching only the
-// node just ahead of n, so that a release wakes one waiter, not the whole line. Not queued, it
-// takes n out of line again when n is not first.
-func (b *Backend) await(ctx context.Context, start time.Time, req driver.Request, n *node, queued bool) (driver.Grant, holding, error) {
-	k := keyOf(req.Name, req.Owner, 0)
-	if n.first {
-		return b.seize(ctx, start, k, n, n.sent, true)
-	}
-	dir := parent(n.path)
-	told := false
-	for woke := false; ; woke = true {
-		if err := ctx.Err(); err != nil {
-			return b.leave(ctx, k, n, fmt.Errorf("fencelock/zk: left the queue of %q: %w", req.Name, err))
-		}
-		sent := time.Now()
-		made := b.standsOnCreate(n)
-		var synced <-chan error
-		if woke && !made {
-			// After a wait, n may be first now: the grant would rest on this read, and must
-			// rest on a sync too (see granted). Sent together, they cost one round trip.
-			synced = b.syncAsync(dir)
-		}
-		q, err := b.queue(ctx, dir)
-		if err != nil {
-			return b.leave(ctx, k, n, err)
-		}
-		i := position(q, n.name)
-		n.crowded = len(q) > 1 // others keep the directory: see remove
-		switch {
-		case i < 0:
-			return driver.Grant{}, holding{}, fmt.Errorf("%w: the lock node %s vanished while in line: its session expired, or someone deleted it", driver.ErrUnavailable, n.path)
-		case i == 0 && made:
-			return b.seizeOnCreate(ctx, start, k, n)
-		case i == 0 && synced != nil:
-			return b.seizeSynced(ctx, start, k, n, sent, synced)
-		case i == 0:
-			return b.seize(ctx, start, k, n, sent, false)
-		}
-		if n.stat == nil && queued {
-			// Read n now, not when it reaches the head: its czxid never changes, and no one
-			// but its owner can write to it, and only once it is first.
-			if err := b.readOwn(ctx, n); err != nil {
-				return b.leave(ctx, k, n, err)
-			}
-		}
-		if !told {
-			told = true
-			req.StartWait() // behind another node
-		}
-		head, err := b.ahead(ctx, dir, q, i, req, queued)
-		switch {
-		case err == errVanished:
-			continue // released meanwhile: n may be first now
-		case err != nil:
-			return b.leave(ctx, k, n, classify(err))
-		case head.mine:
-			// The owner holds the lock through another node: enter that one rather than wait
-			// behind itself.
-			g, h, err := b.enter(ctx, start, k, head.holding, req, true)
-			if err == errVanished {
-				continue
-			}
-			// n is surplus either way; if it cannot go now, its removal is owed.
-			_, _, _ = b.leave(ctx, k, n, nil)
-			return g, h, err
-		case !queued:
-			return b.leave(ctx, k, n, &driver.HeldError{Name: req.Name})
-		}
-		deleted, err := b.waitTurn(ctx, req.Name, dir+"/"+q[i-1].name, head.watch, head.turn)
-		switch {
-		case errors.Is(err, errSessionGone):
-			return driver.Grant{}, holding{}, err // n went with the session
-		case err != nil:
-			return b.leave(ctx, k, n, err)
-		case deleted && i == 1 && b.standsOnCreate(n):
-			// The only node ahead is gone, and none made since stands before n: n is first,
-			// with no read to say so — a round trip off every owner change.
-			n.crowded = len(q) > 2
-			return b.seizeOnCreate(ctx, start, k, n)
-		}
-	}
+// lockLine is a lock's line to a waiter in it, n: n holds the lock once it is first in line.
+// Queued, it waits for that, watching only the node just ahead of n, so that a release wakes
+// one waiter, not the whole line. Not queued, it leaves when n is not first.
+type lockLine struct {
+	b      *Backend
+	req    driver.Request
+	n      *node
+	queued bool
 }
 
-// standsOnCreate reports whether a grant of n, once a read finds it first in line, can rest on
-// the create that made it, with no sync: the create was a write, which the leader answered, so
-// n's session lived there when it was sent, and n, once first, stays first until it goes. It
-// can while n is of the Backend's session and was made less than a quarter of the session
-// timeout ago, which the grant's validity counts from: a waiter that waited longer syncs, for
-// a validity counted from its read.
+func (l *lockLine) list(ctx context.Context, dir string) ([]entry, error) {
+	return l.b.queue(ctx, dir)
+}
+
+func (l *lockLine) gone([]entry) error {
+	return fmt.Errorf("%w: the lock node %s vanished while in line: its session expired, or someone deleted it", driver.ErrUnavailable, l.n.path)
+}
+
+func (l *lockLine) left(err error) error {
+	return fmt.Errorf("fencelock/zk: left the queue of %q: %w", l.req.Name, err)
+}
+
+// look says hold when n is first, and wait otherwise. The node first in line, which may be the
+// owner's to enter, is wait's to read: a waiter behind another node tells its request it waits
+// before that read, as a lock's waiter always has, owner's node or not.
+func (l *lockLine) look(ctx context.Context, q []entry, i int) (step, error) {
+	if i == 0 {
+		return step{next: stepHold}, nil
+	}
+	if l.n.stat == nil && l.queued {
+		// Read n now, not when it reaches the head: its czxid never changes, and no one
+		// but its owner can write to it, and only once it is first.
+		if err := l.b.readOwn(ctx, l.n); err != nil {
+			return step{}, err
+		}
+	}
+	return step{next: stepWait}, nil
+}
+
+// wait reads the node first in line (see ahead) and, queued and not the owner's, waits for the
+// node just ahead of n to change.
+func (l *lockLine) wait(ctx context.Context, q []entry, i int) (step, error) {
+	dir := parent(l.n.path)
+	head, err := l.b.ahead(ctx, dir, q, i, l.req, l.queued)
+	switch {
+	case err == errVanished:
+		return step{next: stepAgain}, nil // released meanwhile: n may be first now
+	case err != nil:
+		return step{}, classify(err)
+	case head.mine:
+		// The owner holds the lock through another node: enter that one rather than wait
+		// behind itself.
+		return step{next: stepEnter, owner: head.holding}, nil
+	case !l.queued:
+		return step{next: stepRefuse}, nil
+	}
+	deleted, err := l.b.waitTurn(ctx, l.req.Name, dir+"/"+q[i-1].name, head.watch, head.turn)
+	switch {
+	case err != nil:
+		return step{}, err
+	case deleted && i == 1 && l.b.standsOnCreate(l.n):
+		// The only node ahead is gone, and none made since stands before n: n is first,
+		// with no read to say so — a round trip off every owner change.
+		l.n.crowded = len(q) > 2
+		return step{next: stepHoldOnCreate}, nil
+	}
+	return step{next: stepAgain}, nil
+}
+
+// standsOnCreate reports whether a grant of n, once a read finds it first in line (or its
+// permits fitting), can rest on the create that made it, with no sync: the create was a write,
+// which the leader answered, so n's session lived there when it was sent, and n, once first,
+// stays first until it goes, as a permit node keeps the permits that fit. It can while n is of
+// the Backend's session and was made less than a quarter of the session timeout ago, which the
+// grant's validity counts from: a waiter that waited longer syncs, for a validity counted from
+// its read.
 func (b *Backend) standsOnCreate(n *node) bool {
 	return !n.sent.IsZero() && n.stat != nil && n.session == b.conn.SessionID() && time.Since(n.sent) < b.validity/4
 }

@@ -84,7 +84,7 @@ func (b *Backend) attemptPermit(ctx context.Context, start time.Time, req driver
 		if err != nil {
 			return driver.Grant{}, holding{}, err
 		}
-		return b.awaitPermit(ctx, start, req, n, queued)
+		return b.await(ctx, start, req, n, &permitLine{b: b, req: req, n: n, queued: queued})
 	}
 	return driver.Grant{}, holding{}, fmt.Errorf("%w: %q changed hands %d times while being acquired", driver.ErrUnavailable, req.Name, lookTries)
 }
@@ -130,89 +130,84 @@ func (b *Backend) dropRefused(ctx context.Context, dir string, head entry, r []e
 	}
 }
 
-// awaitPermit holds the permit once n's permits and those of every node before it fit in the
-// limit. Queued, it waits for that, watching the line and the nodes ahead that may give permits
-// back; not queued, it takes n out of line again when they do not fit.
-func (b *Backend) awaitPermit(ctx context.Context, start time.Time, req driver.Request, n *node, queued bool) (driver.Grant, holding, error) {
-	k := keyOf(req.Name, req.Owner, req.Limit)
-	if n.first {
-		// Made with the directory: alone in line, and its weight is at most the limit.
-		return b.seize(ctx, start, k, n, n.sent, true)
+// permitLine is a semaphore's line to a waiter in it, n: n holds its permits once they and
+// those of every node before it fit in the limit. Queued, it waits for that, watching the line
+// and the nodes ahead that may give permits back; not queued, it leaves when they do not fit.
+type permitLine struct {
+	b       *Backend
+	req     driver.Request
+	n       *node
+	queued  bool
+	changed <-chan zk.Event   // the line's watch, from the last list
+	gave    []<-chan zk.Event // the watches on nodes ahead that may give permits back, from look
+}
+
+func (l *permitLine) list(ctx context.Context, dir string) ([]entry, error) {
+	q, changed, err := l.b.permitsW(ctx, dir, l.queued)
+	l.changed = changed
+	return q, err
+}
+
+func (l *permitLine) gone(q []entry) error {
+	if err := agree(l.req, q); err != nil {
+		return err // removed as refused by a node behind it
 	}
-	dir := parent(n.path)
-	told := false
-	for woke := false; ; woke = true {
-		if err := ctx.Err(); err != nil {
-			return b.leave(ctx, k, n, fmt.Errorf("fencelock/zk: left the line of semaphore %q: %w", req.Name, err))
-		}
-		sent := time.Now()
-		made := b.standsOnCreate(n) // see await: once n holds, it holds until it goes
-		var synced <-chan error
-		if woke && !made {
-			synced = b.syncAsync(dir) // see await
-		}
-		q, changed, err := b.permitsW(ctx, dir, queued)
-		if err != nil {
-			return b.leave(ctx, k, n, err)
-		}
-		i := position(q, n.name)
-		n.crowded = len(q) > 1 // others keep the directory: see remove
-		if i < 0 {
-			if err := agree(req, q); err != nil {
-				return driver.Grant{}, holding{}, err // removed as refused by a node behind it
-			}
-			return driver.Grant{}, holding{}, fmt.Errorf("%w: the permit node %s vanished while in line: its session expired, or someone deleted it", driver.ErrUnavailable, n.path)
-		}
-		if err := agree(req, q[:i]); err != nil {
-			return b.leave(ctx, k, n, err)
-		}
-		if r := refusedBefore(q, i); len(r) > 0 {
-			// Removed, or gone meanwhile: read the line again, for a grant that rests on a line
-			// without them.
-			if err := b.dropRefused(ctx, dir, q[0], r); err != nil && err != errVanished {
-				return b.leave(ctx, k, n, err)
-			}
-			continue
-		}
-		// The owner may hold a permit through another node ahead, since n joined too: another
-		// call of the owner's, waiting before n, was granted. Enter that one rather than wait
-		// behind itself; n is surplus either way. What grants that node — a node before it
-		// leaving, or giving permits back — changes the line or a node n watches, and wakes n.
-		if h, ok, err := b.ownPermit(ctx, dir, q[:i], req.Owner, ""); err != nil || ok {
-			if err != nil {
-				return b.leave(ctx, k, n, err)
-			}
-			g, h, err := b.enter(ctx, start, k, h, req, true)
-			if err != errVanished {
-				_, _, _ = b.leave(ctx, k, n, nil)
-				return g, h, err
-			}
-			continue
-		}
-		fit, gave, err := b.fits(ctx, dir, q, i, queued)
-		switch {
-		case err != nil:
-			return b.leave(ctx, k, n, err)
-		case fit && made:
-			return b.seizeOnCreate(ctx, start, k, n)
-		case fit && synced != nil:
-			return b.seizeSynced(ctx, start, k, n, sent, synced)
-		case fit:
-			return b.seize(ctx, start, k, n, sent, false)
-		case !queued:
-			return b.leave(ctx, k, n, &driver.HeldError{Name: req.Name, Limit: req.Limit})
-		}
-		if !told {
-			told = true
-			req.StartWait()
-		}
-		if err := waitAny(ctx, req.Name, append(gave, changed)); err != nil {
-			if err == errSessionGone {
-				return driver.Grant{}, holding{}, fmt.Errorf("%w: waiting for a permit of %q: %w", driver.ErrUnavailable, req.Name, err)
-			}
-			return b.leave(ctx, k, n, err)
-		}
+	return fmt.Errorf("%w: the permit node %s vanished while in line: its session expired, or someone deleted it", driver.ErrUnavailable, l.n.path)
+}
+
+func (l *permitLine) left(err error) error {
+	return fmt.Errorf("fencelock/zk: left the line of semaphore %q: %w", l.req.Name, err)
+}
+
+// look reads what it must of the nodes ahead of n to say whether n holds: a node ahead that
+// took more than one permit may have given some back. The request is told it waits only once
+// they do not fit, and n's owner holds no permit ahead of it to enter.
+func (l *permitLine) look(ctx context.Context, q []entry, i int) (step, error) {
+	dir := parent(l.n.path)
+	if err := agree(l.req, q[:i]); err != nil {
+		return step{}, err
 	}
+	if r := refusedBefore(q, i); len(r) > 0 {
+		// Removed, or gone meanwhile: read the line again, for a grant that rests on a line
+		// without them.
+		if err := l.b.dropRefused(ctx, dir, q[0], r); err != nil && err != errVanished {
+			return step{}, err
+		}
+		return step{next: stepAgain}, nil
+	}
+	// The owner may hold a permit through another node ahead, since n joined too: another
+	// call of the owner's, waiting before n, was granted. Enter that one rather than wait
+	// behind itself; n is surplus either way. What grants that node — a node before it
+	// leaving, or giving permits back — changes the line or a node n watches, and wakes n.
+	h, ok, err := l.b.ownPermit(ctx, dir, q[:i], l.req.Owner, "")
+	switch {
+	case err != nil:
+		return step{}, err
+	case ok:
+		return step{next: stepEnter, owner: h}, nil
+	}
+	fit, gave, err := l.b.fits(ctx, dir, q, i, l.queued)
+	switch {
+	case err != nil:
+		return step{}, err
+	case fit:
+		return step{next: stepHold}, nil
+	case !l.queued:
+		return step{next: stepRefuse}, nil
+	}
+	l.gave = gave
+	return step{next: stepWait}, nil
+}
+
+// wait waits for a change in line, or for permits given back ahead of n.
+func (l *permitLine) wait(ctx context.Context, _ []entry, _ int) (step, error) {
+	if err := waitAny(ctx, l.req.Name, append(l.gave, l.changed)); err != nil {
+		if err == errSessionGone {
+			return step{}, fmt.Errorf("%w: waiting for a permit of %q: %w", driver.ErrUnavailable, l.req.Name, err)
+		}
+		return step{}, err
+	}
+	return step{next: stepAgain}, nil
 }
 
 // fits says whether the permits of q[i] and of every node before it fit in the limit, which
