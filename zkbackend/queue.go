@@ -2,7 +2,6 @@ package zkbackend
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -11,12 +10,6 @@ import (
 
 	"github.com/fencelock/fencelock/driver"
 )
-
-// leaveGrace is how long a waiter whose context ended still waits for the deletion of its
-// node, so that it leaves nothing in line when the server answers at once; past it, the
-// deletion is owed (owed.go), and the call returns. It is a small part of the 100 ms a call
-// may take past its deadline (README, "Deadlines").
-const leaveGrace = 25 * time.Millisecond
 
 // lockLine is a lock's line to a waiter in it, n: n holds the lock once it is first in line.
 // Queued, it waits for that, watching only the node just ahead of n, so that a release wakes
@@ -87,17 +80,6 @@ func (l *lockLine) wait(ctx context.Context, q []entry, i int) (step, error) {
 	return step{next: stepAgain}, nil
 }
 
-// standsOnCreate reports whether a grant of n, once a read finds it first in line (or its
-// permits fitting), can rest on the create that made it, with no sync: the create was a write,
-// which the leader answered, so n's session lived there when it was sent, and n, once first,
-// stays first until it goes, as a permit node keeps the permits that fit. It can while n is of
-// the Backend's session and was made less than a quarter of the session timeout ago, which the
-// grant's validity counts from: a waiter that waited longer syncs, for a validity counted from
-// its read.
-func (b *Backend) standsOnCreate(n *node) bool {
-	return !n.sent.IsZero() && n.stat != nil && n.session == b.conn.SessionID() && time.Since(n.sent) < b.validity/4
-}
-
 // firstInLine is what a waiter knows of the node first in line.
 type firstInLine struct {
 	holding
@@ -161,9 +143,6 @@ func ownersAmong(q []entry, owner string) bool {
 	return slices.ContainsFunc(q, func(e entry) bool { return e.mayBeOwners(owner) })
 }
 
-// errSessionGone says a waiter's node went with its session: go-zookeeper ended the watch.
-var errSessionGone = errors.New("fencelock/zk: the session ended while waiting")
-
 // waitTurn waits for the node just ahead of a waiter to change, with watch when the caller has
 // one on it, or for turn, when set, to fire. It reports whether the watch told of that node's
 // deletion.
@@ -198,97 +177,4 @@ func watchEnded(name string, ev zk.Event) error {
 		return nil
 	}
 	return fmt.Errorf("%w: waiting for %q: %w: %w", driver.ErrUnavailable, name, errSessionGone, ev.Err)
-}
-
-// syncAsync syncs the connection's server with the leader, and sends the outcome on the
-// channel it returns.
-func (b *Backend) syncAsync(path string) <-chan error {
-	synced := make(chan error, 1)
-	b.flights.start()
-	go func() {
-		defer b.flights.end()
-		_, err := b.conn.Sync(path)
-		synced <- err
-	}()
-	return synced
-}
-
-// readOwn reads n's data and stat.
-func (b *Backend) readOwn(ctx context.Context, n *node) error {
-	data, stat, err := b.read(ctx, n.path)
-	if err == errVanished {
-		return fmt.Errorf("%w: the lock node %s vanished while in line", driver.ErrUnavailable, n.path)
-	}
-	if err != nil {
-		return err
-	}
-	n.data, n.version, n.stat, n.session = data, stat.Version, stat, stat.EphemeralOwner
-	return nil
-}
-
-// seize records n, first in line as the request sent at sent found it, as the owner's lock
-// node; confirmed is as for granted.
-func (b *Backend) seize(ctx context.Context, start time.Time, k holder, n *node, sent time.Time, confirmed bool) (driver.Grant, holding, error) {
-	if n.stat == nil {
-		if err := b.readOwn(ctx, n); err != nil {
-			return b.leave(ctx, k, n, err)
-		}
-	}
-	h := holdingOf(n.path, n.data, n.stat, sent)
-	h.crowded = n.crowded
-	b.remember(k, h)
-	g, err := b.granted(ctx, start, h, sent, confirmed)
-	if err != nil {
-		return b.leave(ctx, k, n, err)
-	}
-	return g, h, nil
-}
-
-// seizeSynced is seize after a wait in line, once the sync sent with the read that found n's
-// turn (at sent) is answered: the grant rests on both.
-func (b *Backend) seizeSynced(ctx context.Context, start time.Time, k holder, n *node, sent time.Time, synced <-chan error) (driver.Grant, holding, error) {
-	var err error
-	select {
-	case err = <-synced:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	if err != nil {
-		return b.leave(ctx, k, n, classify(err))
-	}
-	return b.seize(ctx, start, k, n, sent, true)
-}
-
-// seizeOnCreate is seize of n on the create that made it (see standsOnCreate).
-func (b *Backend) seizeOnCreate(ctx context.Context, start time.Time, k holder, n *node) (driver.Grant, holding, error) {
-	return b.seize(ctx, start, k, n, n.sent, true)
-}
-
-// leave takes n out of line and returns cause. A waiter whose context ended still waits
-// leaveGrace for it; when n cannot be removed by then, its removal is owed: a node left in
-// line would reach its head and hold the lock for no one.
-func (b *Backend) leave(ctx context.Context, k holder, n *node, cause error) (driver.Grant, holding, error) {
-	o := owed{holder: k, hold: n.hold, guid: parseGUID(n.name), session: n.session}
-	if b.conn.State() != zk.StateHasSession {
-		b.owed.Owe(o, nil)
-		return driver.Grant{}, holding{}, cause
-	}
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), leaveGrace)
-		defer cancel()
-	}
-	_, err := b.releaseNode(ctx, k, n.path, n.hold, n.data, n.version, false)
-	if err != nil && err != errVanished && !errors.Is(err, driver.ErrInvalid) {
-		b.owed.Owe(o, inFlight(err))
-		if cause == nil {
-			cause = err
-		}
-	}
-	return driver.Grant{}, holding{}, cause
-}
-
-func parseGUID(name string) string {
-	e, _ := parseEntry(name)
-	return e.guid
 }
