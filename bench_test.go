@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/redisbackend"
 )
 
 // The floor: the plain SET NX PX and compare-and-delete pair every Redis lock is built on,
@@ -107,12 +108,18 @@ func BenchmarkHandoff(b *testing.B) {
 		b.Run(m.name, func(b *testing.B) {
 			ctx := context.Background()
 			rdb := singleClient(b)
-			holder, waiter := newLocker(b, rdb), newLocker(b, rdb)
+			waiting := make(chan struct{}, 1)
+			holder, waiter := newLocker(b, rdb), newLocker(b, rdb, fencelock.WithObserver(func(e fencelock.Event) {
+				if e.Kind == fencelock.EventWaiting {
+					waiting <- struct{}{}
+				}
+			}))
 			var opts []fencelock.Option
 			if m.opt != nil {
 				opts = append(opts, m.opt)
 			}
 			handoffs := make([]time.Duration, 0, 1024)
+			key := redisbackend.New(rdb).Key("bench:handoff")
 			for b.Loop() {
 				lock, err := holder.Obtain(ctx, "bench:handoff")
 				if err != nil {
@@ -129,7 +136,16 @@ func BenchmarkHandoff(b *testing.B) {
 					}
 					got <- at
 				}()
-				time.Sleep(3 * time.Millisecond) // the waiter is subscribed and asleep
+				// The waiter found the lock held, and sleeps: polling, or in line once it
+				// listens for its grant.
+				select {
+				case <-waiting:
+				case <-time.After(10 * time.Second):
+					b.Fatal("the waiter never began to wait")
+				}
+				if m.opt == nil {
+					waitFor(b, 10*time.Second, "the waiter listening in line", func() bool { return listening(rdb, key) })
+				}
 				if err := lock.Release(ctx); err != nil {
 					b.Fatal(err)
 				}

@@ -106,20 +106,17 @@ func TestObtainWakesOnRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var waited = make(chan struct{})
 		got := make(chan error, 1)
 		go func() {
 			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			close(waited)
 			l, err := waiter.Obtain(wctx, name)
 			if err == nil {
 				err = l.Release(ctx)
 			}
 			got <- err
 		}()
-		<-waited
-		time.Sleep(200 * time.Millisecond) // let the waiter subscribe and sleep
+		waitListening(t, rdb, name)
 		if err := lock.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -266,8 +263,9 @@ func TestWaitersShareOneSubscription(t *testing.T) {
 			got <- err
 		}()
 	}
-	waitFor(t, 5*time.Second, "the waiters to subscribe", func() bool { return pubsubConns() > baseline })
-	time.Sleep(50 * time.Millisecond)
+	for _, l := range locks {
+		waitListening(t, rdb, l.Name())
+	}
 	if extra := pubsubConns() - baseline; extra != 1 {
 		t.Fatalf("%d waiters opened %d subscription connections, want 1", n, extra)
 	}
