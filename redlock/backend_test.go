@@ -94,7 +94,8 @@ func TestWaiterWakesWithNodesDown(t *testing.T) {
 	ctx := ctxTimeout(t, 60*time.Second)
 	servers, as := startNodes(t, 5)
 	holder := newLocker(t, newBackend(t, dial(t, as)))
-	waiter := newLocker(t, newBackend(t, dial(t, as)))
+	wb := newBackend(t, dial(t, as))
+	waiter := newLocker(t, wb)
 	if _, err := holder.Inspect(ctx, "wake"); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,8 @@ func TestWaiterWakesWithNodesDown(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the waiter is subscribed and asleep
+	// The waiter is subscribed on the three nodes up, the majority WatchRelease waits for.
+	waitListening(t, dial(t, as[:3]), wb.Key("wake")+":released", 3)
 	released := time.Now()
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -58,7 +58,14 @@ func BenchmarkVersusSingleNode(b *testing.B) {
 func BenchmarkHandoff(b *testing.B) {
 	ctx := context.Background()
 	holder := newLocker(b, newBackend(b, dial(b, addrs)))
-	waiter := newLocker(b, newBackend(b, dial(b, addrs)))
+	waiting := make(chan struct{}, 1)
+	wb := newBackend(b, dial(b, addrs))
+	waiter := newLocker(b, wb, fencelock.WithObserver(func(e fencelock.Event) {
+		if e.Kind == fencelock.EventWaiting {
+			waiting <- struct{}{}
+		}
+	}))
+	nodes, channel := dial(b, addrs), wb.Key("bench:handoff")+":released"
 	handoffs := make([]time.Duration, 0, 1024)
 	for b.Loop() {
 		lock, err := holder.Obtain(ctx, "bench:handoff")
@@ -76,7 +83,14 @@ func BenchmarkHandoff(b *testing.B) {
 			}
 			got <- at
 		}()
-		time.Sleep(3 * time.Millisecond) // the waiter is subscribed and asleep
+		// The waiter found the lock held, and listens on a majority of the nodes (from the
+		// last round, when its subscription lingers).
+		select {
+		case <-waiting:
+		case <-time.After(10 * time.Second):
+			b.Fatal("the waiter never began to wait")
+		}
+		waitListening(b, nodes, channel, len(nodes)/2+1)
 		if err := lock.Release(ctx); err != nil {
 			b.Fatal(err)
 		}

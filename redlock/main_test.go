@@ -120,3 +120,21 @@ func owners(clients []redisbackend.Client, key string) []string {
 
 // waitFor is testserver.WaitFor, under the name the tests of this package use.
 var waitFor = testserver.WaitFor
+
+// waitListening waits until at least n of nodes count a subscriber of channel: a waiter whose
+// WatchRelease returned listens on a majority of the nodes.
+func waitListening(t testing.TB, nodes []redisbackend.Client, channel string, n int) {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("%d nodes with a subscriber of %s", n, channel), func() bool {
+		count := 0
+		for _, c := range nodes {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			subs, err := c.(*redis.Client).PubSubNumSub(ctx, channel).Result()
+			cancel()
+			if err == nil && subs[channel] > 0 {
+				count++
+			}
+		}
+		return count >= n
+	})
+}
