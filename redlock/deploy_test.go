@@ -41,15 +41,13 @@ func TestMixedDeployments(t *testing.T) {
 		t.Fatal(err)
 	}
 	channel := b.Key(name) + ":released"
-	for n := int64(0); n == 0; {
+	waitFor(t, 10*time.Second, "the Cluster node's subscription to "+channel, func() bool {
 		subs, err := cluster.PubSubShardNumSub(ctx, channel).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n = subs[channel]; n == 0 {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+		return subs[channel] > 0
+	})
 	if err := cluster.SPublish(ctx, channel, "").Err(); err != nil {
 		t.Fatal(err)
 	}
