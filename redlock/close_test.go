@@ -128,7 +128,9 @@ func TestCloseWaitsForAnAcquisitionUnderWay(t *testing.T) {
 		g, err := b.Acquire(ctx, req)
 		done <- result{g, err}
 	}()
-	time.Sleep(100 * time.Millisecond) // the acquire calls to nodes 1 and 2 are held back
+	waitFor(t, 10*time.Second, "the acquire calls to nodes 1 and 2 held back", func() bool {
+		return late[0].toCome() == 0 && late[1].toCome() == 0
+	})
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}

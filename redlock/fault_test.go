@@ -392,6 +392,13 @@ func (h *sendLate) hold(by ...time.Duration) {
 	h.by = append(h.by, by...)
 }
 
+// toCome is how many of the commands it was told to hold back have not come yet.
+func (h *sendLate) toCome() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.by)
+}
+
 func (h *sendLate) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *sendLate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next

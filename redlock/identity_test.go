@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,7 +32,17 @@ func TestCallsWaitingForTheFirstCheckKeepTheirDeadline(t *testing.T) {
 		_, err := b.Inspect(ctx, "first-check")
 		checked <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // the Inspect is checking the nodes
+	// The Inspect is checking the nodes: nodes 0 and 1 ran its INFO, node 2 keeps it waiting.
+	direct := dial(t, as[:2])
+	waitFor(t, 10*time.Second, "the first check's INFO on nodes 0 and 1", func() bool {
+		for _, c := range direct {
+			list, err := c.(*redis.Client).ClientList(ctx).Result()
+			if err != nil || !strings.Contains(list, " cmd=info ") {
+				return false
+			}
+		}
+		return true
+	})
 	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -99,7 +110,18 @@ func TestFirstShortAcquisitionLetsTheNodesIn(t *testing.T) {
 	if l, err := c.TryObtain(ctx, t.Name()+":short", fencelock.WithTTL(150*time.Millisecond)); err == nil {
 		_ = l.Release(ctx)
 	} // it may miss its own 15 ms per node: what matters is what comes next
-	time.Sleep(150 * time.Millisecond)
+	direct := dial(t, addrs)
+	waitFor(t, 5*time.Second, "the servers answering again", func() bool {
+		for _, c := range direct {
+			pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			err := c.(*redis.Client).Ping(pctx).Err()
+			cancel()
+			if err != nil {
+				return false
+			}
+		}
+		return true
+	})
 	var errs []error
 	for end := time.Now().Add(600 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		l, err := c.TryObtain(ctx, t.Name()+":next", fencelock.WithTTL(2*time.Second))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redlock"
 )
 
@@ -28,7 +29,8 @@ func TestCallAfterWaitKeepsItsConnection(t *testing.T) {
 	via := slices.Clone(as)
 	via[0] = slow.Addr
 	direct := dial(t, as)
-	b := newBackend(t, dial(t, via), redlock.WithNodeTimeout(100*time.Millisecond))
+	clients := dial(t, via)
+	b := newBackend(t, clients, redlock.WithNodeTimeout(100*time.Millisecond))
 	c := newLocker(t, b, fencelock.WithDefaults(fencelock.WithTTL(30*time.Second), fencelock.WithWatchdog(false)))
 	// Warm up: the nodes are seen, a connection each, and the scripts loaded, so that each call
 	// below is one round trip.
@@ -42,7 +44,7 @@ func TestCallAfterWaitKeepsItsConnection(t *testing.T) {
 	waitFor(t, 5*time.Second, "the warm-up's lock still on a node", func() bool {
 		return slices.Equal(owners(direct, b.Key("linger")), make([]string, 3))
 	})
-	time.Sleep(100 * time.Millisecond) // the last replies are read
+	waitFor(t, 5*time.Second, "the warm-up's last replies read", func() bool { return !slices.ContainsFunc(clients, inCall) })
 	before := connectionsReceived(ctx, t, direct[0].(*redis.Client))
 
 	// Each round trip to node 0 takes 300 ms: within the 500 ms a call may run on after its
@@ -59,7 +61,8 @@ func TestCallAfterWaitKeepsItsConnection(t *testing.T) {
 	waitFor(t, 5*time.Second, "node 0 still keeps the lock", func() bool {
 		return owners(direct, b.Key("linger"))[0] == ""
 	})
-	time.Sleep(time.Second) // every call to node 0 has landed or been cut off by now
+	// The release's call there was the last: its reply is read, or the call was cut off.
+	waitFor(t, 5*time.Second, "the calls to node 0 landed or cut off", func() bool { return !inCall(clients[0]) })
 	slow.SetDelay(0)
 	if _, err := c.Inspect(ctx, "linger"); err != nil {
 		t.Fatal(err)
@@ -67,6 +70,13 @@ func TestCallAfterWaitKeepsItsConnection(t *testing.T) {
 	if after := connectionsReceived(ctx, t, direct[0].(*redis.Client)); after != before {
 		t.Fatalf("node 0 received %d new connections: a call was cut off mid-reply", after-before)
 	}
+}
+
+// inCall reports whether a call holds a connection of c, or waits for one: a connection goes
+// back to the pool once its reply is read, and is closed when its call is cut off.
+func inCall(c redisbackend.Client) bool {
+	s := c.(*redis.Client).PoolStats()
+	return s.TotalConns != s.IdleConns || s.PendingRequests != 0
 }
 
 // connectionsReceived reads the server's count of connections it accepted (INFO stats).
