@@ -152,13 +152,13 @@ func TestListSemaphoresWaiterAlone(t *testing.T) {
 		}
 		waited <- err
 	}()
-	waitUntil(t, "the waiter never joined the line", func() bool {
+	waitUntil(t, "the waiter in line", func() bool {
 		info, err := b.InspectSemaphore(ctx, "line")
 		return err == nil && info.Waiting == 1
 	})
 	proxy.Blackhole() // its place in line lives 5s after its last attempt
 	defer proxy.Restore()
-	waitUntil(t, "the dead holder's permit never expired", func() bool {
+	waitUntil(t, "the dead holder's permit to expire", func() bool {
 		return rdb.Exists(ctx, b.Key("line")+":s").Val() == 0
 	})
 	sems, err := fencelock.ListSemaphores(ctx, b, "")
@@ -171,13 +171,10 @@ func TestListSemaphoresWaiterAlone(t *testing.T) {
 	}
 }
 
+// waitUntil is testserver.WaitFor with the bound of this package's tests.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal(what)
-		}
-	}
+	testserver.WaitFor(t, 10*time.Second, what, cond)
 }
 
 // Close is final: every call after it fails with an error matching fencelock.ErrClosed, and

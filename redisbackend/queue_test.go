@@ -454,11 +454,16 @@ func TestHandOverWithReplicas(t *testing.T) {
 // heldLeaves holds back every leave (the script on a line and its entries) until gate closes.
 type heldLeaves struct {
 	*redis.Client
-	gate chan struct{}
+	gate    chan struct{}
+	entered chan struct{} // a leave came to the gate
 }
 
 func (c *heldLeaves) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	if len(keys) == 2 && strings.HasSuffix(keys[0], ":q") {
+		select {
+		case c.entered <- struct{}{}:
+		default:
+		}
 		<-c.gate
 	}
 	return c.Client.EvalSha(ctx, sha, keys, args...)
@@ -479,24 +484,50 @@ func TestHandoverToADepartedWaiterIsUndone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow := &heldLeaves{Client: rdb, gate: make(chan struct{})}
+	slow := &heldLeaves{Client: rdb, gate: make(chan struct{}), entered: make(chan struct{}, 1)}
 	wb := redisbackend.New(slow)
-	waiter := fencelock.New(wb)
+	cleaned := make(chan struct{}, 1)
+	waiter := fencelock.New(wb, fencelock.WithObserver(func(e fencelock.Event) {
+		if e.Kind == fencelock.EventCleanup {
+			select {
+			case cleaned <- struct{}{}:
+			default:
+			}
+		}
+	}))
 	defer waiter.Close()
 	defer wb.Close()
-	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer stop()
-	if _, err := waiter.Obtain(short, name, fencelock.WithTTL(10*time.Second)); !errors.Is(err, context.DeadlineExceeded) {
+	openGate := sync.OnceFunc(func() { close(slow.gate) })
+	defer openGate() // before the Closes, which wait for the leave: a failure fails, not hangs
+	// The waiter gives up once it stands in line: its context ends.
+	waiting, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := waiter.Obtain(waiting, name, fencelock.WithTTL(10*time.Second))
+		gaveUp <- err
+	}()
+	waitQueueLen(t, rdb, b, name, 1)
+	giveUp()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the waiter's Obtain: %v", err)
 	}
-	time.Sleep(100 * time.Millisecond) // the waiter's clean-up ran; its leave is held back
+	// The Client's clean-up of the acquisition it gave up on ran; the Backend's leave is held
+	// back.
+	for _, c := range []chan struct{}{cleaned, slow.entered} {
+		select {
+		case <-c:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no clean-up, or no leave, of the waiter that gave up")
+		}
+	}
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if info, _ := b.Inspect(ctx, name); !info.Held {
 		t.Fatal("the release handed the lock to no one: the test proves nothing")
 	}
-	close(slow.gate)
+	openGate()
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		l, err := other.TryObtain(ctx, name)
@@ -539,13 +570,13 @@ func TestReleaseOfALockTakenPastTheLineHandsOver(t *testing.T) {
 	waitQueueLen(t, rdb, b, name, 1)
 	// The attempt that put the waiter in line, and the one it makes once it is subscribed, in
 	// case a release came between them: then it sleeps.
-	waitUntil(t, "the waiter did not attempt again once subscribed", func() bool { return s.scripts.Load() >= 2 })
+	waitUntil(t, "the waiter's attempt again once subscribed", func() bool { return s.scripts.Load() >= 2 })
 	// The holder dies: its lock expires. The waiter's next attempt is a third of its place's
 	// life (5s) away.
 	if err := rdb.PExpire(ctx, b.Key(name), time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond)
+	waitUntil(t, "the holder's lock to expire", func() bool { return rdb.Exists(ctx, b.Key(name)).Val() == 0 })
 	other := fencelock.New(redisbackend.New(rdb))
 	defer other.Close()
 	l, err := other.TryObtain(ctx, name)

@@ -89,14 +89,7 @@ func handedOverFromZero(ctx context.Context, t *testing.T, rdb *redis.Client, b 
 			t.Fatal(err)
 		}
 	}
-	waiting := func(n int) {
-		for info, _ := b.InspectSemaphore(ctx, name); info.Waiting != n; info, _ = b.InspectSemaphore(ctx, name) {
-			if ctx.Err() != nil {
-				t.Fatalf("never %d waiting", n)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}
+	waiting := func(n int) { waitForLine(t, ctx, b, name, n) }
 	first, leave := context.WithCancel(ctx)
 	firstGot := make(chan error, 1)
 	go func() {
@@ -160,9 +153,7 @@ func TestPermitReleaseHandsOver(t *testing.T) {
 			}
 			got <- p
 		}()
-		for info, _ := b.InspectSemaphore(ctx, name); info.Waiting != 1; info, _ = b.InspectSemaphore(ctx, name) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitForLine(t, ctx, b, name, 1)
 		// Its subscription to its grants is in place (<semaphore>:g:<backend ID>).
 		testserver.WaitFor(t, 10*time.Second, "the waiter's subscription to its grants", func() bool {
 			chans, err := admin.PubSubChannels(ctx, "*"+name+"*:g:*").Result()
