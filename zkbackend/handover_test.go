@@ -28,7 +28,9 @@ func TestWaiterWithOneAheadIsGrantedOnTheDeletion(t *testing.T) {
 	got := takeBehind(t, func() (*fencelock.Lock, error) { return waiter.Obtain(ctx, name) }, func() bool {
 		return len(line(t, admin, hb.Path(name))) == 2
 	})
-	time.Sleep(100 * time.Millisecond) // its read of the node ahead is answered, its watch set
+	// Its read of the node ahead is answered, its watch set: the server counts a watcher there.
+	ahead := hb.Path(name) + "/" + line(t, admin, hb.Path(name))[0]
+	waitFor(t, 10*time.Second, "the waiter's watch on "+ahead, func() bool { return watches(t, hb.Path(name))[ahead] == 1 })
 	before := ops.total()
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -75,7 +77,8 @@ func TestWaiterBehindALeavingWaiterWaitsForTheHolder(t *testing.T) {
 	got := takeBehind(t, func() (*fencelock.Lock, error) { return waiter.Obtain(ctx, name) }, func() bool {
 		return len(line(t, admin, dir)) == 3
 	})
-	time.Sleep(100 * time.Millisecond) // the last waiter watches the one ahead of it
+	ahead := dir + "/" + line(t, admin, dir)[1]
+	waitFor(t, 10*time.Second, "the last waiter's watch on "+ahead, func() bool { return watches(t, dir)[ahead] == 1 })
 	leave()
 	if err := <-left; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the waiter that left: %v", err)
