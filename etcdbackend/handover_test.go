@@ -3,21 +3,68 @@ package etcdbackend_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
+	"github.com/fencelock/fencelock/internal/testserver"
 )
 
-// countedBackend is a Backend on a client of its own whose transactions are counted.
-func countedBackend(t *testing.T) (*etcdbackend.Backend, *hookedKV) {
+// countedBackend is a Backend on a client of its own whose transactions are counted, and
+// whose watches are seen as they are made.
+func countedBackend(t *testing.T) (*etcdbackend.Backend, *hookedKV, *seenWatches) {
 	cli := etcd.Client(t)
 	kv := &hookedKV{KV: cli.KV, n: -1}
 	cli.KV = kv
+	w := &seenWatches{Watcher: cli.Watcher, kv: kv}
+	cli.Watcher = w
 	b := etcdbackend.New(cli)
 	t.Cleanup(func() { _ = b.Close() })
-	return b, kv
+	return b, kv, w
+}
+
+// seenWatches passes on the responses of a client's watches, and counts those that told the
+// watcher its watch was made (Created), once the watcher has each.
+type seenWatches struct {
+	clientv3.Watcher
+	kv      *hookedKV
+	created atomic.Int32
+	// txnsAtCreated is the count of transactions when the last Created was passed on: the
+	// watcher could not have made one after it yet.
+	txnsAtCreated atomic.Int32
+}
+
+func (w *seenWatches) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	in := w.Watcher.Watch(ctx, key, opts...)
+	out := make(chan clientv3.WatchResponse)
+	go func() {
+		defer close(out)
+		for wr := range in {
+			if wr.Created {
+				w.txnsAtCreated.Store(w.kv.count.Load())
+			}
+			select {
+			case out <- wr:
+			case <-ctx.Done():
+				return
+			}
+			if wr.Created {
+				w.created.Add(1)
+			}
+		}
+	}()
+	return out
+}
+
+// waitWatching waits until the watcher has had n of its watches made.
+func (w *seenWatches) waitWatching(t *testing.T, n int) {
+	t.Helper()
+	testserver.WaitFor(t, 10*time.Second, fmt.Sprintf("%d watches made", n), func() bool { return int(w.created.Load()) >= n })
 }
 
 // A waiter with one key ahead of it is granted on the deletion of that key, which its watch
@@ -26,7 +73,7 @@ func countedBackend(t *testing.T) (*etcdbackend.Backend, *hookedKV) {
 func TestWaiterWithOneAheadIsGrantedOnTheDeletion(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
 	hb, cli := newBackend(t, etcd)
-	wb, kv := countedBackend(t)
+	wb, kv, watches := countedBackend(t)
 	const name = "granted-on-deletion"
 	holder, err := newLocker(t, hb).Obtain(ctx, name)
 	if err != nil {
@@ -34,7 +81,7 @@ func TestWaiterWithOneAheadIsGrantedOnTheDeletion(t *testing.T) {
 	}
 	got := obtainLater(t, ctx, wb, name)
 	waitKeys(t, cli, hb, name, 2)
-	time.Sleep(100 * time.Millisecond) // its read of the key ahead is answered, its watch made
+	watches.waitWatching(t, 1) // its read of the key ahead is answered, its watch made
 	before := kv.count.Load()
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -61,7 +108,7 @@ func TestWaiterWithTwoAheadIsGrantedOnTheLastDeletion(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
 	hb, cli := newBackend(t, etcd)
 	nb, _ := newBackend(t, etcd)
-	wb, kv := countedBackend(t)
+	wb, kv, watches := countedBackend(t)
 	const name = "granted-on-last-deletion"
 	holder, err := newLocker(t, hb).Obtain(ctx, name)
 	if err != nil {
@@ -71,7 +118,7 @@ func TestWaiterWithTwoAheadIsGrantedOnTheLastDeletion(t *testing.T) {
 	waitKeys(t, cli, hb, name, 2)
 	got := obtainLater(t, ctx, wb, name)
 	waitKeys(t, cli, hb, name, 3)
-	time.Sleep(100 * time.Millisecond) // the last waiter's read is answered, its watch made
+	watches.waitWatching(t, 1) // the last waiter's read is answered, its watch made
 	before := kv.count.Load()
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -116,7 +163,7 @@ func testBehindALeavingWaiter(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
 	hb, cli := newBackend(t, etcd)
 	b1, _ := newBackend(t, etcd)
-	b2, _ := newBackend(t, etcd)
+	b2, _, watches := countedBackend(t)
 	const name = "behind-a-leaver"
 	holder, err := newLocker(t, hb).Obtain(ctx, name)
 	if err != nil {
@@ -131,7 +178,7 @@ func testBehindALeavingWaiter(t *testing.T) {
 	waitKeys(t, cli, hb, name, 2)
 	got := obtainLater(t, ctx, b2, name)
 	waitKeys(t, cli, hb, name, 3)
-	time.Sleep(100 * time.Millisecond) // the last waiter watches the one ahead of it
+	watches.waitWatching(t, 1) // the last waiter watches the one ahead of it
 	leave()
 	if err := <-left; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the waiter that left: %v", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testserver"
 )
 
 // A waiter for a permit reads the semaphore again only when a key ahead of it, or its own,
@@ -17,7 +18,7 @@ func TestPermitWaiterIsNotWokenByOthersBehindIt(t *testing.T) {
 	ctx := bounded(t, 30*time.Second)
 	hb, cli := newBackend(t, etcd)
 	ob, _ := newBackend(t, etcd)
-	wb, kv := countedBackend(t)
+	wb, kv, watches := countedBackend(t)
 	const name = "permit-behind"
 	holder, err := newLocker(t, hb).Semaphore(name, 1).Acquire(ctx)
 	if err != nil {
@@ -25,7 +26,11 @@ func TestPermitWaiterIsNotWokenByOthersBehindIt(t *testing.T) {
 	}
 	got := later(t, func() (*fencelock.Lock, error) { return newLocker(t, wb).Semaphore(name, 1).Acquire(ctx) })
 	waitKeysUnder(t, cli, hb.PermitKey(name, ""), 2)
-	time.Sleep(100 * time.Millisecond) // its read is answered, its watch made
+	// Its watch made, and the read it makes once the watch exists answered.
+	watches.waitWatching(t, 1)
+	testserver.WaitFor(t, 10*time.Second, "the waiter's read after its watch", func() bool {
+		return kv.count.Load() > watches.txnsAtCreated.Load()
+	})
 	before := kv.count.Load()
 	others := newLocker(t, ob).Semaphore(name, 1)
 	for range 3 {
