@@ -122,9 +122,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 		return err
 	}
 	h := l.lock.h
-	h.mu.Lock()
-	h.noMeta = false // from now on the release may have metadata to remove
-	h.mu.Unlock()
+	h.published() // from now on the release may have metadata to remove
 	if err := p.Publish(ctx, h.lease(), value); err != nil {
 		return err
 	}

@@ -262,6 +262,14 @@ func (h *hold) lease() driver.Lease {
 	return driver.Lease{Name: h.name, Owner: h.owner, TTL: h.ttl + h.delay, Token: h.token, Holds: h.refs, Limit: h.limit, NoMeta: h.noMeta}
 }
 
+// published records that the holder published metadata (Leadership.Proclaim): the release
+// may have some to remove now.
+func (h *hold) published() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.noMeta = false
+}
+
 // claim makes ch the renewal in flight, if none is and the hold is live. The store sees one
 // renewal of a hold at a time, so the last one confirmed is the last one that set its TTL.
 func (h *hold) claim(ch chan struct{}) bool {
