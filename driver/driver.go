@@ -61,8 +61,8 @@ type Publisher interface {
 	// Publish replaces the metadata of the lock of lease with meta (none when meta is empty),
 	// when lease.Owner holds it under lease.Token; the token and the TTL stay as they are, and
 	// the holder's watchers are told (HolderWatcher). It returns an error matching ErrNotHeld
-	// when the owner does not hold that lock. A permit (lease.Limit > 0) may be refused with
-	// an error matching ErrInvalid.
+	// when the owner does not hold that lock. The Client publishes for locks alone
+	// (Leadership.Proclaim): lease.Limit is 0.
 	Publish(ctx context.Context, lease Lease, meta string) error
 }
 

@@ -136,9 +136,6 @@ func (b *Backend) Publish(ctx context.Context, lease driver.Lease, meta string) 
 	if err := b.usable(lease.Name); err != nil {
 		return err
 	}
-	if lease.Limit > 0 {
-		return fmt.Errorf("%w: the metadata of a semaphore's permit cannot be changed", driver.ErrInvalid)
-	}
 	key := b.Key(lease.Name, lease.Owner)
 	resp, err := b.c.Get(ctx, key)
 	if err != nil {

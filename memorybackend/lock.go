@@ -99,13 +99,10 @@ func lockInfo(e *entry, now time.Time) driver.Info {
 var _ driver.Publisher = (*Backend)(nil)
 
 // Publish implements driver.Publisher: the holder's metadata is replaced, and the watches
-// of WatchHolder are woken. A permit's metadata cannot be changed.
+// of WatchHolder are woken.
 func (b *Backend) Publish(ctx context.Context, lease driver.Lease, meta string) error {
 	if lease.Name == "" {
 		return errNoName
-	}
-	if lease.Limit > 0 {
-		return fmt.Errorf("%w: memorybackend: the metadata of a semaphore's permit cannot be changed", driver.ErrInvalid)
 	}
 	return b.call(ctx, "publish", lease.Name, func() error {
 		var fx effects

@@ -36,13 +36,10 @@ var _ driver.Publisher = (*Backend)(nil)
 
 // Publish implements driver.Publisher: one script replaces the lock's metadata, when the
 // owner holds it under the lease's token, and announces the change on the lock's release
-// channel (see WatchHolder). A permit's metadata cannot be changed.
+// channel (see WatchHolder).
 func (b *Backend) Publish(ctx context.Context, lease driver.Lease, meta string) error {
 	if err := b.usable(lease.Name); err != nil {
 		return err
-	}
-	if lease.Limit > 0 {
-		return fmt.Errorf("%w: the metadata of a semaphore's permit cannot be changed", driver.ErrInvalid)
 	}
 	n, err := redisconn.Int64(b.pipe.run(ctx, publishScript, []string{b.Key(lease.Name)}, lease.Owner, lease.Token, meta, b.announce.Publish, b.announce.Count))
 	switch {

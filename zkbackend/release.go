@@ -195,14 +195,10 @@ var _ driver.Publisher = (*Backend)(nil)
 
 // Publish implements driver.Publisher: the metadata in the owner's lock node, first in line
 // and made at lease.Token, is replaced by a write of the version read, which fires the watches
-// of WatchHolder. A write that met another (a renewal, a re-entry) reads the node again. A
-// permit's metadata cannot be changed.
+// of WatchHolder. A write that met another (a renewal, a re-entry) reads the node again.
 func (b *Backend) Publish(ctx context.Context, lease driver.Lease, meta string) error {
 	if err := b.usable(ctx, lease.Name); err != nil {
 		return err
-	}
-	if lease.Limit > 0 {
-		return fmt.Errorf("%w: the metadata of a semaphore's permit cannot be changed", driver.ErrInvalid)
 	}
 	k := keyOf(lease.Name, lease.Owner, 0)
 	for range lookTries {
