@@ -600,3 +600,41 @@ func TestAcquisitionWaitsForTheUndoOfTheOneBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Inspect reads what this Backend's own acquisitions did: a re-entry returns once a majority
+// counted it, and a node that has yet to count it must not make Inspect report the count
+// before it. On each node Inspect waits for the Backend's acquire calls still on their way
+// there.
+func TestInspectWaitsForItsOwnAcquireOnEachNode(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	_, as := startNodes(t, 3)
+	clients, direct := dial(t, as), dial(t, as)
+	late := make([]*sendLate, len(clients))
+	for i, c := range clients {
+		late[i] = &sendLate{}
+		c.(*redis.Client).AddHook(late[i])
+	}
+	b := newBackend(t, clients, redlock.WithNodeTimeout(2*time.Second))
+	req := driver.Request{Name: "counted", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
+	if _, err := b.Acquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Inspect(ctx, req.Name); err != nil { // its script loaded everywhere
+		t.Fatal(err)
+	}
+	b.Settle()
+	late[2].hold(500 * time.Millisecond) // the re-entry reaches node 2 late
+	req.Hold = "h2"
+	if g, err := b.Acquire(ctx, req); err != nil || g.Count != 2 {
+		t.Fatalf("re-entry: %+v, %v", g, err)
+	}
+	// Inspect's majority is nodes 1 and 2: node 0 answers it late.
+	late[0].hold(300 * time.Millisecond)
+	info, err := b.Inspect(ctx, req.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Count != 2 {
+		t.Fatalf("Inspect right after a re-entry returned: count %d, want 2 (node counts now %v)", info.Count, owners(direct, b.Key(req.Name)))
+	}
+}

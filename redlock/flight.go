@@ -92,6 +92,19 @@ func (fs *flights) get(name, owner string) *flight {
 	return fs.m[flightKey{name, owner}]
 }
 
+// onLock returns the flights of every owner on the lock still in the air.
+func (fs *flights) onLock(name string) []*flight {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	var out []*flight
+	for k, f := range fs.m {
+		if k.name == name {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // undoing returns the lock's last undo, or nil when none is in the air.
 func (fs *flights) undoing(name string) *flight {
 	fs.mu.Lock()

@@ -44,7 +44,8 @@ func parseInspect(v []any) (nodeInfo, error) {
 
 // Inspect implements driver.Backend with the majority's view: the lock is held when a
 // majority of nodes keep it for one owner under one token, the token its grant stored; Count
-// and Remaining are what those nodes agree on (at least that count, at least that long). A
+// and Remaining are what those nodes agree on (at least that count, at least that long). On
+// each node it reads after the Backend's own acquire calls still on their way there. A
 // free lock reports the greatest fence counter read as its last token. It needs answers from
 // a majority of nodes.
 //
@@ -108,7 +109,15 @@ func (b *Backend) inspect(ctx context.Context, name string) (view, error) {
 	infos := make([]nodeInfo, 0, len(b.nodes))
 	var failed []*NodeError
 	votes := make(map[holding]int)
+	// Its own acquisitions first: one returns once a majority granted it, and a node that has
+	// yet to count it would make the lock look as it was before (a re-entry's count).
+	flying := b.flights.onLock(name)
 	pending := fanOut(ctx, b, b.all, b.forceTimeout(), read, func(ctx context.Context, nd *node) (nodeInfo, error) {
+		for _, f := range flying {
+			if err := f.wait(ctx, nd.i); err != nil {
+				return nodeInfo{}, err
+			}
+		}
 		v, err := redisconn.Slice(nd.c.Eval(ctx, inspectScript, keys))
 		if err != nil {
 			return nodeInfo{}, err
