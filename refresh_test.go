@@ -216,24 +216,29 @@ func TestRefreshShorterInFlightIsNotTrusted(t *testing.T) {
 	if err := lock.Refresh(ctx, 10*time.Second); err != nil { // the renewal script is loaded
 		t.Fatal(err)
 	}
-	// A script keeps the server busy for 700 ms: the Refresh waits behind it.
-	busy := keepBusy(ctx, t, server, 700*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
+	// The server stopped (SIGSTOP), as in the nemesis's finding: the Refresh is sent, and its
+	// answer waits until the server goes on.
+	if err := server.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer server.Resume()
 	sent := time.Now()
 	refreshed := make(chan error, 1)
 	go func() { refreshed <- lock.Refresh(ctx, 200*time.Millisecond) }()
-	time.Sleep(400 * time.Millisecond)
-	select {
-	case err := <-refreshed:
-		t.Fatalf("Refresh returned %v while the server was busy", err)
-	default:
-	}
-	if err := lock.Valid(); err == nil {
-		t.Errorf("%v after sending Refresh(200ms), with its answer still on its way, the lock reports itself valid for %v more",
-			time.Since(sent).Round(time.Millisecond), time.Until(lock.ValidUntil()).Round(time.Millisecond))
-	}
-	if e := <-busy; e != nil {
-		t.Fatal(e)
+	// The lock stops being trusted about 200 ms after the send, while the call still waits.
+	waitFor(t, 5*time.Second, "the lock is still trusted with a Refresh(200ms) on its way", func() bool {
+		if lock.Valid() == nil {
+			return false
+		}
+		select {
+		case err := <-refreshed:
+			t.Fatalf("Refresh returned (%v) %v after its send, before the lock stopped being trusted", err, time.Since(sent).Round(time.Millisecond))
+		default:
+		}
+		return true
+	})
+	if err := server.Resume(); err != nil {
+		t.Fatal(err)
 	}
 	if err := <-refreshed; err == nil {
 		t.Error("a Refresh(200ms) confirmed after its own validity had passed returned nil")

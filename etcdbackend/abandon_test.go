@@ -48,7 +48,9 @@ func TestAbandonedPutLeavesNothing(t *testing.T) {
 			if err == nil {
 				break
 			}
-			if !errors.Is(err, fencelock.ErrUnavailable) {
+			// Under the write load a new session's lease can lapse before its first keep-alive
+			// answers: the grant then finds it gone (ErrNotHeld), and the warm-up tries again.
+			if !errors.Is(err, fencelock.ErrUnavailable) && !errors.Is(err, fencelock.ErrNotHeld) {
 				t.Fatal(err)
 			}
 		}

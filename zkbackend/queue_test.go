@@ -175,9 +175,9 @@ func TestWaiterLeavesTheLine(t *testing.T) {
 	if !errors.Is(err, fencelock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want ErrNotObtained and DeadlineExceeded", err)
 	}
-	if q := line(t, admin, dir); len(q) != 1 {
-		t.Fatalf("line after the waiter left: %v", q)
-	}
+	// Its node goes within leaveGrace of the deadline, or, on a slow server, as owed work
+	// soon after.
+	waitFor(t, 5*time.Second, "the waiter's node still in line", func() bool { return len(line(t, admin, dir)) == 1 })
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
