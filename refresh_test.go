@@ -173,19 +173,21 @@ func TestRefreshShorterWithoutAnswerMovesDeadline(t *testing.T) {
 	if err := lock.Refresh(ctx, 10*time.Second); err != nil { // the renewal script is loaded
 		t.Fatal(err)
 	}
-	// A script keeps the server busy for 400 ms while the Refresh is sent: the server runs the
-	// Refresh after the caller has given up.
-	busy := keepBusy(ctx, t, server, 400*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
+	// The server stopped (SIGSTOP) while the Refresh is sent: it runs the Refresh once it goes
+	// on, after the caller has given up.
+	if err := server.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer server.Resume()
 	sent := time.Now()
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	err = lock.Refresh(short, 400*time.Millisecond)
 	cancel()
-	if e := <-busy; e != nil {
+	if e := server.Resume(); e != nil {
 		t.Fatal(e)
 	}
 	if err == nil {
-		t.Fatal("Refresh answered by a server busy for 400 ms")
+		t.Fatal("Refresh answered by a stopped server")
 	}
 	var taken *fencelock.Lock
 	waitFor(t, 5*time.Second, "the refresh never reached Redis", func() bool {
@@ -243,17 +245,6 @@ func TestRefreshShorterInFlightIsNotTrusted(t *testing.T) {
 	if err := <-refreshed; err == nil {
 		t.Error("a Refresh(200ms) confirmed after its own validity had passed returned nil")
 	}
-}
-
-// keepBusy runs a script that keeps server busy for d, and says on the channel how it ended.
-func keepBusy(ctx context.Context, t *testing.T, server *testserver.Redis, d time.Duration) <-chan error {
-	busy := make(chan error, 1)
-	go func() {
-		busy <- server.ClientT(t).Eval(ctx, `local t = redis.call('TIME'); local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1])
-			repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
-			return 1`, nil, d.Microseconds()).Err()
-	}()
-	return busy
 }
 
 // heldRefresh is a Backend whose Renew of a Refresh waits until a Release has reached the
