@@ -48,14 +48,7 @@ func TestFailedAcquisitionReturnsByDeadline(t *testing.T) {
 // after the renewal returned, and still lands.
 func TestRenewReturnsByDeadlineWhileRetaking(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
-	_, as := startNodes(t, 3)
-	clients, direct := dial(t, as), dial(t, as)
-	late := make([]*sendLate, len(clients))
-	for i, c := range clients {
-		late[i] = &sendLate{}
-		c.(*redis.Client).AddHook(late[i])
-	}
-	b := newBackend(t, clients, redlock.WithNodeTimeout(2*time.Second))
+	b, direct, late := lateNodes(t, 3)
 	req := driver.Request{Name: "retake", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
 	g, err := b.Acquire(ctx, req)
 	if err != nil {

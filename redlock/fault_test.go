@@ -428,6 +428,21 @@ func lateNode(t *testing.T, k int) (*redlock.Backend, []redisbackend.Client, *se
 	return newBackend(t, clients, redlock.WithNodeTimeout(2*time.Second)), dial(t, as), late
 }
 
+// lateNodes starts n nodes, and returns a Backend over them (node timeout 2s) whose client to
+// each node holds back its next commands as that node's hook is told to, and a client to each
+// node that bypasses the hooks.
+func lateNodes(t *testing.T, n int) (*redlock.Backend, []redisbackend.Client, []*sendLate) {
+	t.Helper()
+	_, as := startNodes(t, n)
+	clients := dial(t, as)
+	late := make([]*sendLate, n)
+	for i, c := range clients {
+		late[i] = &sendLate{}
+		c.(*redis.Client).AddHook(late[i])
+	}
+	return newBackend(t, clients, redlock.WithNodeTimeout(2*time.Second)), dial(t, as), late
+}
+
 // Acquire and Release return once a majority answered. A release must still not overtake the
 // acquire call on a node that answers late: the acquire would then land after it and leave
 // the key on that node, held for no one until its TTL ends.
@@ -607,14 +622,7 @@ func TestAcquisitionWaitsForTheUndoOfTheOneBefore(t *testing.T) {
 // there.
 func TestInspectWaitsForItsOwnAcquireOnEachNode(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
-	_, as := startNodes(t, 3)
-	clients, direct := dial(t, as), dial(t, as)
-	late := make([]*sendLate, len(clients))
-	for i, c := range clients {
-		late[i] = &sendLate{}
-		c.(*redis.Client).AddHook(late[i])
-	}
-	b := newBackend(t, clients, redlock.WithNodeTimeout(2*time.Second))
+	b, direct, late := lateNodes(t, 3)
 	req := driver.Request{Name: "counted", Owner: "o", Hold: "h1", TTL: 10 * time.Second}
 	if _, err := b.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
