@@ -22,8 +22,9 @@
 //
 //   - Queue: waiters wait in the store's line, first come first served, and are handed the
 //     lock on a release (AcquireQueued); a Queue calls Request.StartWait when a request begins
-//     to wait behind another holder, which tells the Client its grant is a hand-over. Without it, Obtain retries Acquire, sleeping until a
-//     release (ReleaseWatcher) or the holder's TTL.
+//     to wait behind another holder, which tells the Client its grant is a hand-over. Without
+//     it, Obtain retries Acquire, sleeping until a release (ReleaseWatcher) or the holder's
+//     TTL.
 //   - ReleaseWatcher: a waiter outside a line wakes on a release; without it, at the holder's
 //     TTL or its next poll.
 //   - LossWatcher: a holder learns of a lost lock from a push; without it, at its next renewal.
