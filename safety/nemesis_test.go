@@ -143,7 +143,9 @@ func runNemesisChecked(t *testing.T, backend string, c *nemesisCluster, r nemesi
 func TestNemesisCheckersFire(t *testing.T) {
 	c := startRedisNemesis(t, 1)
 	c.minTTL, c.maxTTL = 150*time.Millisecond, 2*time.Second
-	r := nemesisShape(1, 10*time.Second)
+	// 20 s: worker 0's stale writes need a pause that outlasts its lock's TTL while it holds
+	// one; in 10 s, a full run with two busy loops beside it once saw none.
+	r := nemesisShape(1, 20*time.Second)
 	r.Workers, r.Threads = 5, 2
 	r.Broken = map[int]string{0: "ignore-valid,unfenced", 1: "fake-token,skew-clock", 2: "late-done,late-return", 3: "no-ttl,leak,self-delete"}
 	r.Faults = func(_ *rand.Rand, d time.Duration) []faultPlan {
