@@ -37,6 +37,7 @@ type Backend struct {
 
 	owed *settle.Ledger[owed] // the removals owed (see owed.go), and their settler
 	down downLooks            // the settler's alone, under owed's lock (closedConn)
+	away bool                 // the settler's alone, under owed's lock: it saw no session (noSession)
 
 	mu       sync.Mutex          // guards held and busyDirs
 	held     map[holder]*holding // lock nodes that hold a lock for an owner, as last seen

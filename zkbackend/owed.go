@@ -82,13 +82,25 @@ func (b *Backend) unclaim(taken []owed, granted string) {
 }
 
 // noSession is the settler's Blocked: it removes nodes only through the session, and looks
-// again every settlePoll while there is none.
+// again every settlePoll while there is none. When the session is back, it lets
+// settleAfterReconnect pass first: go-zookeeper v1.0.4 sends its watches again right after a
+// reconnect, and a reply its receiver reads meanwhile races with that inside go-zookeeper (a
+// data race the race detector reports, go-zookeeper/zk pull request 35). A removal sent the
+// moment the session was back was such a reply.
 func (b *Backend) noSession() time.Duration {
-	if b.conn.State() == zk.StateHasSession {
-		return 0
+	if b.conn.State() != zk.StateHasSession {
+		b.away = true
+		return settlePoll
 	}
-	return settlePoll
+	if b.away {
+		b.away = false
+		return settleAfterReconnect
+	}
+	return 0
 }
+
+// settleAfterReconnect is how long the settler waits after the session came back (noSession).
+const settleAfterReconnect = 100 * time.Millisecond
 
 // gone reports whether o's node ended without a removal: with its session, or with the
 // connection, which was closed (see closedConn). It is the settler's Gone.
