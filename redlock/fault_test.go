@@ -421,11 +421,8 @@ func (h *sendLate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // node that bypasses the hook.
 func lateNode(t *testing.T, k int) (*redlock.Backend, []redisbackend.Client, *sendLate) {
 	t.Helper()
-	_, as := startNodes(t, 5)
-	clients := dial(t, as)
-	late := &sendLate{}
-	clients[k].(*redis.Client).AddHook(late)
-	return newBackend(t, clients, redlock.WithNodeTimeout(2*time.Second)), dial(t, as), late
+	b, direct, late := lateNodes(t, 5)
+	return b, direct, late[k]
 }
 
 // lateNodes starts n nodes, and returns a Backend over them (node timeout 2s) whose client to
