@@ -130,32 +130,53 @@ func (s suite) electNoReentry(t *testing.T) {
 	}
 }
 
+// observing is an Observe of one election, read one change at a time.
+type observing struct {
+	t    *testing.T
+	ctx  context.Context
+	seen <-chan fencelock.Leader
+	stop context.CancelFunc
+}
+
+// observe starts an Observe of e, stopped when the test ends, and reads its first look, which
+// finds no leader: each test elects under a name of its own.
+func observe(t *testing.T, ctx context.Context, e *fencelock.Election) *observing {
+	t.Helper()
+	octx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	seen, err := e.Observe(octx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &observing{t: t, ctx: ctx, seen: seen, stop: stop}
+	if l := o.next("the first look"); l.Elected {
+		t.Fatalf("Observe's first look at a new election: %+v", l)
+	}
+	return o
+}
+
+// next is the next change Observe sends; the test fails if Observe closes or sends nothing
+// before the test's deadline.
+func (o *observing) next(what string) fencelock.Leader {
+	o.t.Helper()
+	select {
+	case l, ok := <-o.seen:
+		if !ok {
+			o.t.Fatalf("Observe closed before %s", what)
+		}
+		return l
+	case <-o.ctx.Done():
+		o.t.Fatalf("Observe sent nothing more, waiting for %s", what)
+	}
+	return fencelock.Leader{}
+}
+
 // Observe sends the leader at once, then each change: a new leader, no leader.
 func (s suite) electObserve(t *testing.T) {
 	ctx := bounded(t, 60*time.Second)
 	name := s.name(t)
-	c := s.client(t)
-	octx, stop := context.WithCancel(ctx)
-	seen, err := c.Election(name).Observe(octx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := func(what string) fencelock.Leader {
-		t.Helper()
-		select {
-		case l, ok := <-seen:
-			if !ok {
-				t.Fatalf("Observe closed before %s", what)
-			}
-			return l
-		case <-time.After(10 * time.Second):
-			t.Fatalf("Observe sent nothing for 10s, waiting for %s", what)
-		}
-		return fencelock.Leader{}
-	}
-	if l := next("the first look"); l.Elected {
-		t.Fatalf("Observe's first look at a new election: %+v", l)
-	}
+	o := observe(t, ctx, s.client(t).Election(name))
+	next := o.next
 	a, err := s.client(t).Election(name).Campaign(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
@@ -177,8 +198,8 @@ func (s suite) electObserve(t *testing.T) {
 	if l := next("b's term"); !l.Elected || l.Term != b.Term() || l.Value != "b" {
 		t.Fatalf("Observe after b was elected: %+v, want term %d", l, b.Term())
 	}
-	stop()
-	for range seen { // closes once its context ended
+	o.stop()
+	for range o.seen { // closes once its context ended
 	}
 }
 
@@ -292,28 +313,7 @@ func (s suite) electObserveHandOver(t *testing.T) {
 	const rounds = 8
 	ctx := bounded(t, 120*time.Second)
 	name := s.name(t)
-	octx, stop := context.WithCancel(ctx)
-	defer stop()
-	seen, err := s.client(t).Election(name).Observe(octx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := func(what string) fencelock.Leader {
-		t.Helper()
-		select {
-		case l, ok := <-seen:
-			if !ok {
-				t.Fatalf("Observe closed before %s", what)
-			}
-			return l
-		case <-ctx.Done():
-			t.Fatalf("Observe sent nothing more, waiting for %s", what)
-		}
-		return fencelock.Leader{}
-	}
-	if l := next("the first look"); l.Elected {
-		t.Fatalf("Observe's first look at a new election: %+v", l)
-	}
+	next := observe(t, ctx, s.client(t).Election(name)).next
 	cur, err := s.client(t).Election(name).Campaign(ctx, "v0")
 	if err != nil {
 		t.Fatal(err)
@@ -378,29 +378,8 @@ func (s suite) electObserveHandOver(t *testing.T) {
 func (s suite) electProclaim(t *testing.T) {
 	ctx := bounded(t, 60*time.Second)
 	name := s.name(t)
-	octx, stop := context.WithCancel(ctx)
-	defer stop()
 	watcher := s.client(t).Election(name)
-	seen, err := watcher.Observe(octx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := func(what string) fencelock.Leader {
-		t.Helper()
-		select {
-		case l, ok := <-seen:
-			if !ok {
-				t.Fatalf("Observe closed before %s", what)
-			}
-			return l
-		case <-ctx.Done():
-			t.Fatalf("Observe sent nothing more, waiting for %s", what)
-		}
-		return fencelock.Leader{}
-	}
-	if l := next("the first look"); l.Elected {
-		t.Fatalf("Observe's first look at a new election: %+v", l)
-	}
+	next := observe(t, ctx, watcher).next
 	l, err := s.client(t).Election(name).Campaign(ctx, "first")
 	if err != nil {
 		t.Fatal(err)

@@ -723,7 +723,7 @@ func (s suite) lockDelay(t *testing.T) {
 	// Trusted for the TTL, not the TTL and the delay. A validity counts from the request's
 	// send, which may come well after the call began (Redlock's first call asks every node
 	// who it is first), but not after it returned.
-	if until := lock.ValidUntil().Sub(time.Now()); until > s.TTL {
+	if until := time.Until(lock.ValidUntil()); until > s.TTL {
 		t.Fatalf("trusted %v after the call returned, past its %v TTL", until, s.TTL)
 	}
 	next, err := b.Obtain(ctx, name)
