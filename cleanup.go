@@ -38,6 +38,20 @@ func (c *Client) releaseAll(lease driver.Lease, handles []*lockContext, renewing
 	}()
 }
 
+// inBackground counts one more piece of background work for Close to wait for, and reports
+// true, unless the Client has closed: the caller then does the work some other way. counted
+// says the caller holds a count already (it runs in the background itself, or Close calls it
+// before it waits), so that adding one is safe while Close waits.
+func (c *Client) inBackground(counted bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed && !counted {
+		return false
+	}
+	c.background.Add(1)
+	return true
+}
+
 // letGo releases a lost hold's handle in the background, kept until floor when that is still
 // ahead (keeper).
 func (c *Client) letGo(lease driver.Lease, hold string, floor time.Time) {
@@ -52,13 +66,7 @@ func (c *Client) letGo(lease driver.Lease, hold string, floor time.Time) {
 // its way, is answered (for at most the cleanup timeout): kept until floor when that is still
 // ahead, as Release does.
 func (c *Client) releaseAfter(renewing <-chan struct{}, lease driver.Lease, hold string, floor time.Time) {
-	c.mu.Lock()
-	closed := c.closed
-	if !closed {
-		c.background.Add(1)
-	}
-	c.mu.Unlock()
-	if closed {
+	if !c.inBackground(false) {
 		c.letGo(lease, hold, floor)
 		return
 	}

@@ -41,13 +41,7 @@ func (c *Client) keepUntil(ctx context.Context, lease driver.Lease, hold string,
 		}
 		unknown = fmt.Errorf("%w: the lock's TTL was not set to the rest of its minimum hold, and it may go when the TTL it had runs out: %w", ErrUnavailable, err)
 	}
-	c.mu.Lock()
-	closed := c.closed && !counted
-	if !closed {
-		c.background.Add(1)
-	}
-	c.mu.Unlock()
-	if closed {
+	if !c.inBackground(counted) {
 		// The Client's Close is under way and does not wait for this: release now.
 		_, err := c.release(ctx, lease, hold)
 		return cmp.Or(unknown, err)
@@ -68,13 +62,7 @@ func (c *Client) keepUntil(ctx context.Context, lease driver.Lease, hold string,
 // it before it waits for the background) — as releaseAtFloor does: its lock is trusted no
 // more, but its name stays taken until floor.
 func (c *Client) keepInBackground(lease driver.Lease, hold string, floor time.Time, closing bool) {
-	c.mu.Lock()
-	closed := c.closed && !closing
-	if !closed {
-		c.background.Add(1)
-	}
-	c.mu.Unlock()
-	if closed {
+	if !c.inBackground(closing) {
 		c.undo(lease, hold)
 		return
 	}
