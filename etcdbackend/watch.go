@@ -37,14 +37,11 @@ func (b *Backend) WatchHolder(ctx context.Context, name string) (<-chan struct{}
 	for _, pfx := range []string{b.queuePrefix(name), b.prefix + "!meta/" + url.PathEscape(name) + "/"} {
 		wg.Go(func() { b.watchPrefix(wctx, pfx, ready, wake) })
 	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			stopBackend()
-			wg.Wait()
-		})
-	}
+	stop := sync.OnceFunc(func() {
+		cancel()
+		stopBackend()
+		wg.Wait()
+	})
 	for range 2 {
 		select {
 		case <-ready:

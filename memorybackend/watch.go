@@ -39,19 +39,16 @@ func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{
 	if err != nil {
 		return nil, nil, err
 	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			var fx effects
-			b.s.mu.Lock()
-			if e := b.s.names[name]; e != nil {
-				delete(e.released, w)
-				b.s.finish(e, time.Now(), &fx)
-			}
-			b.s.mu.Unlock()
-			fx.run()
-		})
-	}
+	stop := sync.OnceFunc(func() {
+		var fx effects
+		b.s.mu.Lock()
+		if e := b.s.names[name]; e != nil {
+			delete(e.released, w)
+			b.s.finish(e, time.Now(), &fx)
+		}
+		b.s.mu.Unlock()
+		fx.run()
+	})
 	return w.ch, stop, nil
 }
 

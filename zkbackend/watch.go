@@ -30,14 +30,11 @@ func (b *Backend) WatchHolder(ctx context.Context, name string) (<-chan struct{}
 	ready := make(chan error, 1)
 	var wg sync.WaitGroup
 	wg.Go(func() { b.watchHolder(wctx, b.Path(name), ready, changed) })
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			stopBackend()
-			wg.Wait()
-		})
-	}
+	stop := sync.OnceFunc(func() {
+		cancel()
+		stopBackend()
+		wg.Wait()
+	})
 	if err := <-ready; err != nil {
 		stop()
 		return nil, nil, err
