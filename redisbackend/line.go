@@ -88,7 +88,7 @@ func (l *lineWait) wait(ctx context.Context, k lineKind) (driver.Grant, error) {
 			k.leave() // a grant after this return would hold it for no one
 			return driver.Grant{}, fmt.Errorf("%w: subscribe %s: %w", driver.ErrUnavailable, l.channel, err)
 		}
-		next = min(subscribeTimeout, next)
+		next = min(releasewatch.AckTimeout, next)
 	}
 	return l.listen(ctx, k, subscribed, next)
 }

@@ -9,10 +9,6 @@ import (
 	"github.com/fencelock/fencelock/internal/releasewatch"
 )
 
-// subscribeTimeout bounds the wait for the server to acknowledge a subscription. A waiter that
-// gets no acknowledgement falls back to sleeping until the holder's TTL runs out.
-const subscribeTimeout = 2 * time.Second
-
 // WatchRelease implements driver.ReleaseWatcher. All of a Backend's waiters share one
 // subscription connection (one per Cluster slot with waiters under sharded pub/sub).
 func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{}, func(), error) {
@@ -27,7 +23,7 @@ func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{
 		stop()
 		return nil, nil, fmt.Errorf("%w: subscribe %s: %w", driver.ErrUnavailable, channel, err)
 	}
-	timer := time.NewTimer(subscribeTimeout)
+	timer := time.NewTimer(releasewatch.AckTimeout)
 	defer timer.Stop()
 	select {
 	case <-ready:

@@ -4,15 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/releasewatch"
 )
-
-// subscribeTimeout bounds the wait for the nodes to acknowledge a subscription. A waiter whose
-// subscription no node acknowledged sleeps until the holder's TTL runs out instead.
-const subscribeTimeout = 2 * time.Second
 
 // WatchRelease implements driver.ReleaseWatcher. It subscribes to the lock's release channel
 // on every node and returns once a majority of them acknowledged (or, after a bounded wait,
@@ -34,7 +29,7 @@ func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{
 	b.calls.Add(len(b.nodes))
 	channel := b.channelKey(name)
 	wt := releasewatch.NewWaiter()
-	sctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
+	sctx, cancel := context.WithTimeout(ctx, releasewatch.AckTimeout)
 	defer cancel()
 	acks := make(chan bool, len(b.nodes))
 	var wg sync.WaitGroup
@@ -73,7 +68,7 @@ func (b *Backend) WatchRelease(ctx context.Context, name string) (<-chan struct{
 		return nil, nil, ctxErr("watch", name, ctx.Err())
 	case acked == 0:
 		stop()
-		return nil, nil, fmt.Errorf("%w: redlock: no node acknowledged the subscription to %s within %v", driver.ErrUnavailable, channel, subscribeTimeout)
+		return nil, nil, fmt.Errorf("%w: redlock: no node acknowledged the subscription to %s within %v", driver.ErrUnavailable, channel, releasewatch.AckTimeout)
 	}
 	return wt.Wake, stop, nil
 }

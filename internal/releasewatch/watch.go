@@ -27,6 +27,11 @@ type Subscriber interface {
 
 var _ Subscriber = redisconn.Conn(nil)
 
+// AckTimeout bounds a waiter's wait for the server (for Redlock, the nodes) to acknowledge its
+// subscription. A waiter that gets no acknowledgement sleeps until the holder's TTL runs out
+// instead.
+const AckTimeout = 2 * time.Second
+
 // ErrClosed is Add's error after Close. It matches driver.ErrClosed.
 var ErrClosed = fmt.Errorf("%w: the release watch was closed", driver.ErrClosed)
 
