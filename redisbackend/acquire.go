@@ -22,33 +22,52 @@ func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant
 	}
 	keys := b.queueKeys(req.Name)[:3] // the lock, its fence counter and its line
 	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta}
-	var reply []any
-	var err error
-	acked := -1
-	if b.replicas > 0 {
-		var v any
-		if v, acked, err = b.replicated(ctx, acquireScript, keys, args); err == nil {
-			reply, _ = v.([]any)
-		}
-	} else {
-		reply, err = redisconn.Slice(b.pipe.run(ctx, acquireScript, keys, args...))
-	}
+	res, acked, err := b.take(ctx, acquireScript, keys, args)
 	if err != nil {
-		return driver.Grant{}, failed(err)
-	}
-	res, ok := int64s(reply)
-	if !ok || len(reply) < 2 || (res[0] == 1 && len(reply) < 3) {
-		return driver.Grant{}, fmt.Errorf("%w: unexpected acquire reply %v", driver.ErrUnavailable, reply)
+		return driver.Grant{}, err
 	}
 	if res[0] == 0 {
 		return driver.Grant{}, &driver.HeldError{Name: req.Name, Remaining: time.Duration(res[1]) * time.Millisecond}
 	}
-	if acked >= 0 && acked < b.replicas {
-		// Not handed out; the Client releases it, as after any acquisition that failed but may
-		// have taken the lock.
-		return driver.Grant{}, fmt.Errorf("%w: only %d of %d replicas acknowledged the lock within %v", driver.ErrUnavailable, acked, b.replicas, b.replicaTO)
+	if err := b.unacked(acked, "lock"); err != nil {
+		return driver.Grant{}, err
 	}
 	return driver.Grant{Token: res[1], Count: int(res[2])}, nil
+}
+
+// take runs an acquisition script — with WAIT in the same round trip under WithReplicas — and
+// returns its reply's integers (up to three): the outcome first, then at least one more, and a count after
+// a token when the outcome is 1. acked is how many replicas acknowledged the script's writes,
+// -1 without WithReplicas.
+func (b *Backend) take(ctx context.Context, script *redisconn.Script, keys []string, args []any) (res [3]int64, acked int, err error) {
+	var reply []any
+	acked = -1
+	if b.replicas > 0 {
+		var v any
+		if v, acked, err = b.replicated(ctx, script, keys, args); err == nil {
+			reply, _ = v.([]any)
+		}
+	} else {
+		reply, err = redisconn.Slice(b.pipe.run(ctx, script, keys, args...))
+	}
+	if err != nil {
+		return res, acked, failed(err)
+	}
+	res, ok := int64s(reply)
+	if !ok || len(reply) < 2 || (res[0] == 1 && len(reply) < 3) {
+		return res, acked, fmt.Errorf("%w: unexpected acquisition reply %v", driver.ErrUnavailable, reply)
+	}
+	return res, acked, nil
+}
+
+// unacked is the error of a grant that fewer replicas acknowledged than WithReplicas asks
+// (acked of them; -1 without WithReplicas), what naming what was granted. It is not handed
+// out: the Client releases it, as after any acquisition that failed but may have taken it.
+func (b *Backend) unacked(acked int, what string) error {
+	if acked < 0 || acked >= b.replicas {
+		return nil
+	}
+	return fmt.Errorf("%w: only %d of %d replicas acknowledged the %s within %v", driver.ErrUnavailable, acked, b.replicas, what, b.replicaTO)
 }
 
 // replicated runs script and WAIT on one connection, in one round trip: WAIT counts the

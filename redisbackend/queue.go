@@ -154,9 +154,8 @@ func (b *Backend) queued(ctx context.Context, req driver.Request, g *driver.Gran
 		if n, _ := reply.(int64); n != 1 {
 			return driver.Grant{}, fmt.Errorf("%w: %q was handed over but is no longer held", driver.ErrUnavailable, req.Name)
 		}
-		if acked < b.replicas {
-			// Not handed out; the Client releases it.
-			return driver.Grant{}, fmt.Errorf("%w: only %d of %d replicas acknowledged the lock within %v", driver.ErrUnavailable, acked, b.replicas, b.replicaTO)
+		if err := b.unacked(acked, "lock"); err != nil {
+			return driver.Grant{}, err
 		}
 		// That renewal, sent after sent, gave a handed-over lock its whole TTL.
 		g.Validity = 0

@@ -104,23 +104,9 @@ func (b *Backend) permitAttempt(ctx context.Context, req driver.Request, life, h
 	keys := b.semKeys(req.Name)
 	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, req.Limit, life.Milliseconds(), max(req.Weight, 1), b.id, handed.Milliseconds()}
 	sent := time.Now()
-	var reply []any
-	var err error
-	acked := -1
-	if b.replicas > 0 {
-		var v any
-		if v, acked, err = b.replicated(ctx, semAcquireScript, keys, args); err == nil {
-			reply, _ = v.([]any)
-		}
-	} else {
-		reply, err = redisconn.Slice(b.pipe.run(ctx, semAcquireScript, keys, args...))
-	}
+	res, acked, err := b.take(ctx, semAcquireScript, keys, args)
 	if err != nil {
-		return driver.Grant{}, sent, failed(err)
-	}
-	res, ok := int64s(reply)
-	if !ok || len(reply) < 2 || (res[0] == 1 && len(reply) < 3) {
-		return driver.Grant{}, sent, fmt.Errorf("%w: unexpected semaphore acquire reply %v", driver.ErrUnavailable, reply)
+		return driver.Grant{}, sent, err
 	}
 	switch res[0] {
 	case -2:
@@ -133,8 +119,8 @@ func (b *Backend) permitAttempt(ctx context.Context, req driver.Request, life, h
 		}
 		return driver.Grant{}, sent, &driver.HeldError{Name: req.Name, Limit: req.Limit, Remaining: time.Duration(max(res[1], 0)) * time.Millisecond}
 	}
-	if acked >= 0 && acked < b.replicas {
-		return driver.Grant{}, sent, fmt.Errorf("%w: only %d of %d replicas acknowledged the permit within %v", driver.ErrUnavailable, acked, b.replicas, b.replicaTO)
+	if err := b.unacked(acked, "permit"); err != nil {
+		return driver.Grant{}, sent, err
 	}
 	return driver.Grant{Token: res[1], Count: int(res[2])}, sent, nil
 }
