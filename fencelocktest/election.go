@@ -323,14 +323,7 @@ func (s suite) electObserveHandOver(t *testing.T) {
 	}
 	for round := 1; round <= rounds; round++ {
 		inLine := make(chan struct{}, 1)
-		c := s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
-			if e.Kind == fencelock.EventWaiting {
-				select {
-				case inLine <- struct{}{}:
-				default:
-				}
-			}
-		}))
+		c := s.waitingClient(t, inLine)
 		won := make(chan *fencelock.Leadership, 1)
 		errs := make(chan error, 1)
 		value := "v" + itoa(int64(round))
@@ -467,14 +460,7 @@ func (s suite) electCandidates(t *testing.T) {
 	won := make(chan *fencelock.Leadership, 2)
 	for _, v := range []string{"b", "c"} {
 		inLine := make(chan struct{}, 1)
-		c := s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
-			if e.Kind == fencelock.EventWaiting {
-				select {
-				case inLine <- struct{}{}:
-				default:
-				}
-			}
-		}))
+		c := s.waitingClient(t, inLine)
 		go func() {
 			if l, err := c.Election(name).Campaign(cctx, v); err == nil {
 				won <- l

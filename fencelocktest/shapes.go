@@ -123,11 +123,7 @@ func (s suite) semOneOwnerWaitsTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiting := make(chan struct{}, 2)
-	c := s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
-		if e.Kind == fencelock.EventWaiting && e.Name == name {
-			waiting <- struct{}{}
-		}
-	}))
+	c := s.waitingClient(t, waiting)
 	owner := "owner-" + name
 	sem := c.Semaphore(name, 1)
 	permits := make(chan *fencelock.Lock, 2)
@@ -205,11 +201,7 @@ func (s suite) oneOwnerWaitsTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiting := make(chan struct{}, 2)
-	c := s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
-		if e.Kind == fencelock.EventWaiting && e.Name == name {
-			waiting <- struct{}{}
-		}
-	}))
+	c := s.waitingClient(t, waiting)
 	owner := "owner-" + name
 	locks := make(chan *fencelock.Lock, 2)
 	errs := make(chan error, 2)
@@ -349,11 +341,7 @@ func (s suite) rwOneOwnerReadsTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiting := make(chan struct{}, 2)
-	c := s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
-		if e.Kind == fencelock.EventWaiting && e.Name == name {
-			waiting <- struct{}{}
-		}
-	}))
+	c := s.waitingClient(t, waiting)
 	owner := "owner-" + name
 	rw := c.RWLock(name)
 	readers := make(chan *fencelock.Lock, 2)
@@ -701,14 +689,7 @@ func (s suite) lockDelay(t *testing.T) {
 	delay := s.TTL
 	a, b := s.client(t), s.client(t)
 	waiting := make(chan struct{}, 1)
-	w := s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
-		if e.Kind == fencelock.EventWaiting {
-			select {
-			case waiting <- struct{}{}:
-			default:
-			}
-		}
-	}))
+	w := s.waitingClient(t, waiting)
 	start := time.Now()
 	lock, err := a.Obtain(ctx, name, fencelock.WithLockDelay(delay), fencelock.WithWatchdog(false))
 	if _, expires := s.New(t).(driver.Expirer); !expires {

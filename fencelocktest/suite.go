@@ -101,6 +101,19 @@ func (s suite) client(t *testing.T, opts ...fencelock.ClientOption) *fencelock.C
 	return c
 }
 
+// waitingClient is a Client of the backend that tells each EventWaiting on waits, dropping
+// what does not fit: a test learns that a call of its waits behind another holder.
+func (s suite) waitingClient(t *testing.T, waits chan<- struct{}) *fencelock.Client {
+	return s.client(t, fencelock.WithObserver(func(e fencelock.Event) {
+		if e.Kind == fencelock.EventWaiting {
+			select {
+			case waits <- struct{}{}:
+			default:
+			}
+		}
+	}))
+}
+
 func bounded(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
