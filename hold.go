@@ -50,7 +50,7 @@ type hold struct {
 	capAt       time.Time     // WithMaxHold's end, from the grant's arrival, after which nothing extends the deadline; zero for none
 	maxHold     time.Duration
 	delay       time.Duration // WithLockDelay: the store keeps the lock this much longer than the Client trusts it
-	expiry      *time.Timer   // fires at the deadline; set once, under mu (see newHold)
+	expiry      *time.Timer   // fires at the deadline; set once, under mu (see arm)
 
 	mu       sync.Mutex
 	noMeta   bool // its first grant's request published no metadata, nor a Publish since
@@ -79,38 +79,14 @@ const (
 	released
 )
 
-// newHold returns the hold of a first grant, trusted until deadline, its timer armed, with
-// its first handle, ctx.
-func (c *Client) newHold(h *hold, ctx *lockContext, r *request, token int64, sent, deadline time.Time, validity time.Duration) {
-	s := &r.s
-	*h = hold{
-		k: c, name: r.name, owner: r.owner, limit: r.limit, token: token, noMeta: s.meta == "", watchdog: !s.noWatchdog, vctx: r.vctx,
-		onLost: s.onLost, obtained: sent, fixedEvery: s.renewEvery,
-		ttl: s.ttl, every: s.every, deadline: deadline, refs: 1, reusable: c.reuse && r.fresh, delay: s.lockDelay,
-		// A lock handed over for a short claim is renewed well within it the first time, and
-		// at the usual pace once that renewal gave it its whole TTL.
-		renewAt: sent.Add(min(s.every, max(validity-s.lockDelay, 0)/3)),
-	}
-	if s.maxHold > 0 {
-		// From the grant's arrival, not its request's send: a reply that came late, or a
-		// hand-over counted from the waiter's last renewal of its place in line, would
-		// otherwise hand out a lock lost at once. The cap bounds a stuck holder; a reply's
-		// latency does not matter to it.
-		h.capAt, h.maxHold = c.now().Add(s.maxHold), s.maxHold
-		h.capDeadline()
-	}
-	h.floorAt = s.floor(sent)
-	if c.loss != nil && h.watchdog {
-		h.watchAt = sent.Add(watchLossAfter)
-	}
-	h.handle0[0] = ctx
-	h.handles = h.handle0[:1]
-	// The timer may fire before AfterFunc returns to store it: at once when the deadline has
-	// passed meanwhile (the holder's process was stopped after the grant's check), or whenever
-	// the scheduler runs its goroutine first. expire takes mu, so it waits for the store.
+// arm starts the timer that ends a new hold at its deadline. The timer may fire before
+// AfterFunc returns to store it: at once when the deadline has passed meanwhile (the holder's
+// process was stopped after the grant's check), or whenever the scheduler runs its goroutine
+// first. expire takes mu, so it waits for the store.
+func (h *hold) arm() {
 	h.mu.Lock()
-	h.expiry = afterFunc(h.deadline.Sub(c.now()), h.expire)
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	h.expiry = afterFunc(h.deadline.Sub(h.k.clock()), h.expire)
 }
 
 // capDeadline holds the deadline to the cap, if any, and stops renewals once the validity
@@ -137,7 +113,7 @@ func (h *hold) ended(now time.Time) error {
 
 // trusted is how long after a send the Client trusts a lock the store keeps v after it: v less
 // the drift allowance and the lock delay, which the store keeps beyond the Client's trust.
-func trusted(v, delay time.Duration) time.Duration { return v - drift(v) - delay }
+func trusted(v, delay time.Duration) time.Duration { return v - driver.Drift(v) - delay }
 
 // afterFunc is time.AfterFunc; a test makes its timers fire early.
 var afterFunc = time.AfterFunc

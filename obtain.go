@@ -410,6 +410,36 @@ func (c *Client) grant(r *request, holdID string, start time.Time, g driver.Gran
 	return l, nil
 }
 
+// newHold makes h the hold of r's first grant, trusted until deadline, with its first handle,
+// ctx, and arms its timer. h is not shared yet: its fields are set here, and the hold's own
+// methods (hold.go) read and change them from then on.
+func (c *Client) newHold(h *hold, ctx *lockContext, r *request, token int64, sent, deadline time.Time, validity time.Duration) {
+	s := &r.s
+	*h = hold{
+		k: c, name: r.name, owner: r.owner, limit: r.limit, token: token, noMeta: s.meta == "", watchdog: !s.noWatchdog, vctx: r.vctx,
+		onLost: s.onLost, obtained: sent, fixedEvery: s.renewEvery,
+		ttl: s.ttl, every: s.every, deadline: deadline, refs: 1, reusable: c.reuse && r.fresh, delay: s.lockDelay,
+		// A lock handed over for a short claim is renewed well within it the first time, and
+		// at the usual pace once that renewal gave it its whole TTL.
+		renewAt: sent.Add(min(s.every, max(validity-s.lockDelay, 0)/3)),
+	}
+	if s.maxHold > 0 {
+		// From the grant's arrival, not its request's send: a reply that came late, or a
+		// hand-over counted from the waiter's last renewal of its place in line, would
+		// otherwise hand out a lock lost at once. The cap bounds a stuck holder; a reply's
+		// latency does not matter to it.
+		h.capAt, h.maxHold = c.now().Add(s.maxHold), s.maxHold
+		h.capDeadline()
+	}
+	h.floorAt = s.floor(sent)
+	if c.loss != nil && h.watchdog {
+		h.watchAt = sent.Add(watchLossAfter)
+	}
+	h.handle0[0] = ctx
+	h.handles = h.handle0[:1]
+	h.arm()
+}
+
 func (c *Client) obtained(r *request, start time.Time, lock *Lock, err error) (*Lock, error) {
 	if err != nil {
 		c.emit(Event{Kind: EventNotObtained, Name: r.name, Duration: c.now().Sub(start), Err: err, Owner: r.owner, Context: r.vctx, Waited: r.waited})
