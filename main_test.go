@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testmain"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
 )
@@ -39,50 +39,33 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 func TestMain(m *testing.M) {
 	runWorkerIfAsked()
 	redis.SetLogger(quietLogger{}) // go-redis reports every Sentinel switch on stderr
-	var err error
-	single, err = testserver.NewRedis()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	testmain.Run(m, startServers)
+}
+
+// startServers starts the single server the tests share; the Cluster and Sentinel deployments
+// start on first use, and stop with it.
+func startServers() (stop func(), err error) {
+	if single, err = testserver.NewRedis(); err != nil {
+		return nil, err
+	}
+	stop = func() {
+		_ = single.Close()
+		if cluster != nil {
+			_ = cluster.Close()
+		}
+		if sentinel != nil {
+			_ = sentinel.Close()
+		}
 	}
 	if cpu := os.Getenv("FENCELOCK_REDIS_CPU"); cpu != "" {
 		// Benchmarks on a small machine: keep the server on a CPU of its own, away from the
 		// benchmark (run under taskset), so wake-ups cost the same in every run.
 		if out, err := exec.Command("taskset", "-a", "-p", "-c", cpu, strconv.Itoa(single.PID())).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "pinning redis-server to CPU %s: %v: %s\n", cpu, err, out)
-			os.Exit(1)
+			stop()
+			return nil, fmt.Errorf("pinning redis-server to CPU %s: %v: %s", cpu, err, out)
 		}
 	}
-	code := m.Run()
-	_ = single.Close()
-	if cluster != nil {
-		_ = cluster.Close()
-	}
-	if sentinel != nil {
-		_ = sentinel.Close()
-	}
-	if code == 0 {
-		if err := findLeaks(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// findLeaks looks for goroutines left behind, for longer than goleak does by itself: a Redis
-// backend's loss watch ends 2 s after its last watch, and the tests close few backends.
-func findLeaks() error {
-	deadline := time.Now().Add(4 * time.Second)
-	for {
-		// testserver keeps one OS thread per server process: the parent-death signal that
-		// kills servers with the test binary is tied to the thread that started them.
-		err := goleak.Find(goleak.IgnoreTopFunction("github.com/fencelock/fencelock/internal/testserver.spawn.func1.1"))
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return stop, nil
 }
 
 // deployment is one kind of Redis deployment the tests run against.

@@ -2,8 +2,6 @@ package etcdbackend_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/etcdbackend"
 	"github.com/fencelock/fencelock/etcdbackend/etcdtest"
+	"github.com/fencelock/fencelock/internal/testmain"
 )
 
 // etcd is the single-member cluster shared by the package's tests; each test uses lock names of
@@ -21,21 +20,13 @@ var etcd *etcdtest.Cluster
 
 func TestMain(m *testing.M) {
 	etcdtest.ServeIfAsked() // the benchmarks' etcd runs in a copy of this binary
-	var err error
-	etcd, err = etcdtest.New(etcdtest.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	etcd.Close()
-	if code == 0 {
-		if err := goleak.Find(goleakOptions...); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
+	testmain.Run(m, func() (func(), error) {
+		var err error
+		if etcd, err = etcdtest.New(etcdtest.Options{}); err != nil {
+			return nil, err
 		}
-	}
-	os.Exit(code)
+		return etcd.Close, nil
+	}, goleakOptions...)
 }
 
 // goleakOptions ignore the goroutines that etcd's and gRPC's packages start once per process.

@@ -3,14 +3,13 @@ package redlock_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testmain"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redlock"
@@ -26,32 +25,24 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quietLogger{}) // go-redis reports every refused connection on stderr
-	var servers []*testserver.Redis
-	for range 5 {
-		r, err := testserver.NewRedis()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
+	testmain.Run(m, func() (func(), error) {
+		var servers []*testserver.Redis
+		stop := func() {
 			for _, s := range servers {
 				_ = s.Close()
 			}
-			os.Exit(1)
 		}
-		servers = append(servers, r)
-		addrs = append(addrs, r.Addr)
-	}
-	code := m.Run()
-	for _, s := range servers {
-		_ = s.Close()
-	}
-	if code == 0 {
-		// testserver keeps one OS thread per server process: the parent-death signal that
-		// kills servers with the test binary is tied to the thread that started them.
-		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/fencelock/fencelock/internal/testserver.spawn.func1.1")); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
+		for range 5 {
+			r, err := testserver.NewRedis()
+			if err != nil {
+				stop()
+				return nil, err
+			}
+			servers = append(servers, r)
+			addrs = append(addrs, r.Addr)
 		}
-	}
-	os.Exit(code)
+		return stop, nil
+	})
 }
 
 // dial returns one go-redis client per address, closed when the test ends. They honour

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"go.uber.org/goleak"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testmain"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
@@ -31,23 +31,13 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(holderEnv); spec != "" {
 		os.Exit(runHolder(spec))
 	}
-	var err error
-	server, err = zktest.New(zktest.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = server.Close()
-	if code == 0 {
-		// The harness keeps one OS thread for starting servers: the parent-death signal
-		// that kills them with the test binary is tied to the thread that started them.
-		if err := goleak.Find(goleak.IgnoreTopFunction(zktest.SpawnerFunc)); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
+	testmain.Run(m, func() (func(), error) {
+		var err error
+		if server, err = zktest.New(zktest.Options{}); err != nil {
+			return nil, err
 		}
-	}
-	os.Exit(code)
+		return func() { _ = server.Close() }, nil
+	})
 }
 
 type quietLogger struct{}

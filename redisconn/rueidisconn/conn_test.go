@@ -3,17 +3,15 @@ package rueidisconn_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
-	"go.uber.org/goleak"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/fencelocktest"
+	"github.com/fencelock/fencelock/internal/testmain"
 	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/redisbackend"
 	"github.com/fencelock/fencelock/redisconn"
@@ -26,23 +24,14 @@ import (
 var exampleAddr string
 
 func TestMain(m *testing.M) {
-	r, err := testserver.NewRedis()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	exampleAddr = r.Addr
-	code := m.Run()
-	_ = r.Close()
-	if code == 0 {
-		// testserver keeps one OS thread per server process, tied to the parent-death signal
-		// that kills the servers with the test binary.
-		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/fencelock/fencelock/internal/testserver.spawn.func1.1")); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
+	testmain.Run(m, func() (func(), error) {
+		r, err := testserver.NewRedis()
+		if err != nil {
+			return nil, err
 		}
-	}
-	os.Exit(code)
+		exampleAddr = r.Addr
+		return func() { _ = r.Close() }, nil
+	})
 }
 
 func dial(t *testing.T, d redisconntest.Deployment) redisconn.Conn {

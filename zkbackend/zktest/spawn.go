@@ -19,10 +19,6 @@ type spawnReq struct {
 	done chan error
 }
 
-// SpawnerFunc is the function of the goroutine that starts servers; it never returns, so leak
-// checks ignore it.
-const SpawnerFunc = "github.com/fencelock/fencelock/zkbackend/zktest.spawn.func1.1"
-
 func spawn(cmd *exec.Cmd) error {
 	spawnOnce.Do(func() {
 		spawnReqs = make(chan spawnReq)
