@@ -57,7 +57,7 @@ func TestLossByPushAfterClusterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // the watch starts 10 ms into the hold
+	awaitTrackedRead(t, ctx, rdb) // the watch starts 10 ms into the hold
 	failOverMasterOf(t, ctx, rc, b.Key(name))
 	select {
 	case <-lock.Context().Done():

@@ -67,7 +67,7 @@ func TestLossByPush(t *testing.T) {
 			t.Parallel()
 			srv := testserver.StartRedis(t, "--save", "", "--appendonly", "no")
 			rdb := srv.ClientT(t)
-			lossByPush(t, redisbackend.New(srv.ClientT(t)), func(ctx context.Context, key string) {
+			lossByPush(t, redisbackend.New(srv.ClientT(t)), rdb, func(ctx context.Context, key string) {
 				tc.fault(t, ctx, srv, rdb, key)
 			}, tc.says)
 		})
@@ -76,7 +76,7 @@ func TestLossByPush(t *testing.T) {
 		t.Parallel()
 		cl := testserver.StartCluster(t, 3)
 		rdb := cl.ClientT(t)
-		lossByPush(t, redisbackend.New(cl.ClientT(t)), func(ctx context.Context, key string) {
+		lossByPush(t, redisbackend.New(cl.ClientT(t)), rdb, func(ctx context.Context, key string) {
 			must(t, rdb.Del(ctx, key).Err())
 		}, "deleted")
 	})
@@ -84,10 +84,52 @@ func TestLossByPush(t *testing.T) {
 		t.Parallel()
 		s := testserver.StartSentinel(t)
 		rdb := s.ClientT(t)
-		lossByPush(t, redisbackend.New(s.ClientT(t)), func(ctx context.Context, key string) {
+		lossByPush(t, redisbackend.New(s.ClientT(t)), rdb, func(ctx context.Context, key string) {
 			must(t, rdb.Del(ctx, key).Err())
 		}, "deleted")
 	})
+}
+
+// awaitTrackedRead waits until a connection with tracking on has read a lock's key on a server
+// of rdb (its last command an HMGET, or the PING of a quiet watch after it): from then on the
+// server pushes word of a change of that key.
+func awaitTrackedRead(t *testing.T, ctx context.Context, rdb redis.UniversalClient) {
+	t.Helper()
+	read := func(ctx context.Context, c *redis.Client) bool {
+		list, _ := c.ClientList(ctx).Result()
+		for line := range strings.SplitSeq(list, "\n") {
+			f := strings.Fields(line)
+			if slices.ContainsFunc(f, func(kv string) bool { return strings.HasPrefix(kv, "flags=") && strings.Contains(kv, "t") }) &&
+				(slices.Contains(f, "cmd=hmget") || slices.Contains(f, "cmd=ping")) {
+				return true
+			}
+		}
+		return false
+	}
+	for {
+		var found atomic.Bool
+		switch c := rdb.(type) {
+		case *redis.ClusterClient:
+			_ = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+				if read(ctx, m) {
+					found.Store(true)
+				}
+				return nil
+			})
+		case *redis.Client:
+			found.Store(read(ctx, c))
+		default:
+			t.Fatalf("awaitTrackedRead: a %T", rdb)
+		}
+		if found.Load() {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no connection with tracking on read the lock's key")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // trackingClient returns the ID of the one client of the server with tracking on.
@@ -110,9 +152,9 @@ func trackingClient(t *testing.T, ctx context.Context, rdb *redis.Client) string
 	return ids[0]
 }
 
-// lossByPush holds a lock past the moment its watch starts, runs fault, and wants the hold lost
-// by push, its cause containing says.
-func lossByPush(t *testing.T, b *redisbackend.Backend, fault func(ctx context.Context, key string), says string) {
+// lossByPush holds a lock past the moment its watch starts (on a server of rdb), runs fault,
+// and wants the hold lost by push, its cause containing says.
+func lossByPush(t *testing.T, b *redisbackend.Backend, rdb redis.UniversalClient, fault func(ctx context.Context, key string), says string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -124,7 +166,7 @@ func lossByPush(t *testing.T, b *redisbackend.Backend, fault func(ctx context.Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // the watch starts 10 ms into the hold
+	awaitTrackedRead(t, ctx, rdb) // the watch starts 10 ms into the hold
 	start := time.Now()
 	fault(ctx, b.Key("pushed"))
 	select {
@@ -223,7 +265,13 @@ func TestLossByPushRefusedFallsBackToRenewals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the watch tries to start 10 ms into the hold
+	// The watch tries to start 10 ms into the hold, and the server refuses its CLIENT commands.
+	for n := 0; n == 0; {
+		if n, err = testserver.RejectedCalls(ctx, admin, "client|id", "client|tracking"); err != nil || ctx.Err() != nil {
+			t.Fatalf("waiting for the refused CLIENT TRACKING: %v, %v", err, ctx.Err())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	must(t, admin.Del(ctx, b.Key("refused")).Err())
 	select {
 	case <-lock.Context().Done():

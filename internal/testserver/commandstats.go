@@ -11,6 +11,17 @@ import (
 // CommandCalls returns how many times the server behind c has run the commands named (lower
 // case, as INFO commandstats names them: "publish"), the calls that scripts made included.
 func CommandCalls(ctx context.Context, c *redis.Client, names ...string) (int, error) {
+	return commandStat(ctx, c, "calls", names)
+}
+
+// RejectedCalls returns how many calls of the commands named the server behind c refused
+// before it ran them: an ACL's denial, a wrong number of arguments.
+func RejectedCalls(ctx context.Context, c *redis.Client, names ...string) (int, error) {
+	return commandStat(ctx, c, "rejected_calls", names)
+}
+
+// commandStat sums the field stat of INFO commandstats over the commands named.
+func commandStat(ctx context.Context, c *redis.Client, stat string, names []string) (int, error) {
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return 0, err
@@ -18,10 +29,15 @@ func CommandCalls(ctx context.Context, c *redis.Client, names ...string) (int, e
 	n := 0
 	for line := range strings.SplitSeq(info, "\n") {
 		for _, name := range names {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":calls="); ok {
-				calls, _, _ := strings.Cut(rest, ",")
-				k, _ := strconv.Atoi(calls)
-				n += k
+			fields, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":")
+			if !ok {
+				continue
+			}
+			for kv := range strings.SplitSeq(fields, ",") {
+				if v, ok := strings.CutPrefix(kv, stat+"="); ok {
+					k, _ := strconv.Atoi(v)
+					n += k
+				}
 			}
 		}
 	}
