@@ -106,7 +106,7 @@ func awaitTrackedRead(t *testing.T, ctx context.Context, rdb redis.UniversalClie
 		}
 		return false
 	}
-	for {
+	waitUntil(t, "a connection with tracking on to read the lock's key", func() bool {
 		var found atomic.Bool
 		switch c := rdb.(type) {
 		case *redis.ClusterClient:
@@ -121,15 +121,8 @@ func awaitTrackedRead(t *testing.T, ctx context.Context, rdb redis.UniversalClie
 		default:
 			t.Fatalf("awaitTrackedRead: a %T", rdb)
 		}
-		if found.Load() {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("no connection with tracking on read the lock's key")
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+		return found.Load()
+	})
 }
 
 // trackingClient returns the ID of the one client of the server with tracking on.
@@ -266,12 +259,10 @@ func TestLossByPushRefusedFallsBackToRenewals(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The watch tries to start 10 ms into the hold, and the server refuses its CLIENT commands.
-	for n := 0; n == 0; {
-		if n, err = testserver.RejectedCalls(ctx, admin, "client|id", "client|tracking"); err != nil || ctx.Err() != nil {
-			t.Fatalf("waiting for the refused CLIENT TRACKING: %v, %v", err, ctx.Err())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(t, "the server to refuse the watch's CLIENT command", func() bool {
+		n, _ := testserver.RejectedCalls(ctx, admin, "client|id", "client|tracking")
+		return n > 0
+	})
 	must(t, admin.Del(ctx, b.Key("refused")).Err())
 	select {
 	case <-lock.Context().Done():
