@@ -142,10 +142,17 @@ func TestSentinelFailoverWhileHeld(t *testing.T) {
 func TestObserver(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 	seen := make(chan fencelock.Event, 100)
+	renewed := make(chan struct{}, 1)
 	c := newLocker(t, singleClient(t), fencelock.WithObserver(func(e fencelock.Event) {
 		select {
 		case seen <- e:
 		default:
+		}
+		if e.Kind == fencelock.EventRenewed {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
 		}
 	}))
 	name := lockName(t)
@@ -153,7 +160,11 @@ func TestObserver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(250 * time.Millisecond) // past the first renewal at TTL/3
+	select {
+	case <-renewed: // the first renewal, at TTL/3
+	case <-ctx.Done():
+		t.Fatal("no renewal")
+	}
 	_, _ = c.TryObtain(context.WithoutCancel(ctx), name, fencelock.WithOwner("other"))
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
