@@ -83,24 +83,23 @@ func TestSpansAndMetrics(t *testing.T) {
 		}
 		handed <- l
 	}()
-	for end := time.Now().Add(5 * time.Second); sumOf(t, reader, "fencelock.waiters") != 1; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("fencelock.waiters %d while a waiter waits, want 1", sumOf(t, reader, "fencelock.waiters"))
-		}
-	}
+	testserver.WaitFor(t, 5*time.Second, "fencelock.waiters to be 1 while a waiter waits", func() bool {
+		return sumOf(t, reader, "fencelock.waiters") == 1
+	})
 	_ = held.Release(ctx)
 	if l := <-handed; l == nil || l.Release(ctx) != nil {
 		t.Fatal("the waiter's lock")
 	}
 
 	// The loss is told to the observer just after the lock's context ends.
-	byName := map[string][]sdktrace.ReadOnlySpan{}
-	for end := time.Now().Add(5 * time.Second); len(byName["fencelock.Lost"]) == 0 && time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+	var byName map[string][]sdktrace.ReadOnlySpan
+	testserver.WaitFor(t, 5*time.Second, "the fencelock.Lost span", func() bool {
 		byName = map[string][]sdktrace.ReadOnlySpan{}
 		for _, s := range spans.Ended() {
 			byName[s.Name()] = append(byName[s.Name()], s)
 		}
-	}
+		return len(byName["fencelock.Lost"]) > 0
+	})
 	parent := request.SpanContext().SpanID()
 	for _, name := range []string{"fencelock.Obtain", "fencelock.Refresh", "fencelock.Release"} {
 		ss := byName[name]

@@ -45,7 +45,9 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	testserver.WaitFor(t, 5*time.Second, "a renewal", func() bool {
+		return testutil.ToFloat64(m.renewals.WithLabelValues("redis", "order", "ok")) >= 1
+	})
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -77,12 +79,9 @@ func TestMetrics(t *testing.T) {
 		}
 		handed <- err
 	}()
-	for end := time.Now().Add(5 * time.Second); testutil.ToFloat64(m.waiters.WithLabelValues("redis", "order")) != 1; {
-		if time.Now().After(end) {
-			t.Fatalf("fencelock_waiters %v while a waiter waits, want 1", testutil.ToFloat64(m.waiters.WithLabelValues("redis", "order")))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testserver.WaitFor(t, 5*time.Second, "fencelock_waiters to be 1 while a waiter waits", func() bool {
+		return testutil.ToFloat64(m.waiters.WithLabelValues("redis", "order")) == 1
+	})
 	_ = held.Release(ctx)
 	if err := <-handed; err != nil {
 		t.Fatal(err)
@@ -105,10 +104,10 @@ func TestMetrics(t *testing.T) {
 	}
 	// The loss is told to the observer just after the lock's context ends; one Observe call
 	// counts the loss and then counts the lock out of locks_held: wait for both.
-	for end := time.Now().Add(5 * time.Second); (testutil.ToFloat64(m.losses.WithLabelValues("redis", "job", "store")) == 0 ||
-		testutil.ToFloat64(m.holding.WithLabelValues("redis", "job")) != 0) && time.Now().Before(end); {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testserver.WaitFor(t, 5*time.Second, "the loss counted and the lock counted out of locks_held", func() bool {
+		return testutil.ToFloat64(m.losses.WithLabelValues("redis", "job", "store")) != 0 &&
+			testutil.ToFloat64(m.holding.WithLabelValues("redis", "job")) == 0
+	})
 
 	for _, tc := range []struct {
 		metric prometheus.Collector
