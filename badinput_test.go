@@ -123,6 +123,13 @@ func TestBadInput(t *testing.T) {
 			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
 				return obtainWith(ctx, t, rdb, name)
 			}},
+		{name: "lock key holds a plain lock without a TTL", want: fencelock.ErrInvalid,
+			setup: func(t *testing.T, rdb *redis.Client, key string) {
+				rdb.Set(context.Background(), key, "1 hold someone", 0) // a lock always has a TTL
+			},
+			run: func(ctx context.Context, t *testing.T, rdb *redis.Client, name string) error {
+				return obtainWith(ctx, t, rdb, name)
+			}},
 		{name: "lock key holds a list", want: fencelock.ErrInvalid,
 			setup: func(t *testing.T, rdb *redis.Client, key string) {
 				rdb.RPush(context.Background(), key, "x")
@@ -352,7 +359,8 @@ var badInputTexts = map[string]string{
 	"nil redis client":                          "fencelock: invalid argument: nil redis client",
 	"typed nil redis client":                    "fencelock: invalid argument: nil redis client",
 	"prefix with a brace":                       "fencelock: invalid argument: key prefix \"a{b\" contains a brace, which would break the hash tag",
-	"lock key holds a string":                   "fencelock: invalid argument: a key of the lock holds another Redis type (WRONGTYPE Operation against a key holding the wrong kind of value): delete it, or give the Backend a key prefix of its own (WithPrefix)",
+	"lock key holds a string":                   "fencelock: invalid argument: the lock key holds a string that fencelock did not write: delete it, or give the Backend a key prefix of its own (WithPrefix)",
+	"lock key holds a plain lock without a TTL": "fencelock: invalid argument: the lock key holds a string that fencelock did not write: delete it, or give the Backend a key prefix of its own (WithPrefix)",
 	"lock key holds a list":                     "fencelock: invalid argument: a key of the lock holds another Redis type (WRONGTYPE Operation against a key holding the wrong kind of value): delete it, or give the Backend a key prefix of its own (WithPrefix)",
 	"lock key holds a foreign hash":             "fencelock: invalid argument: the lock key holds a hash that fencelock did not write: delete it, or give the Backend a key prefix of its own (WithPrefix)",
 	"fence key holds a list":                    "fencelock: invalid argument: a key of the lock holds another Redis type (WRONGTYPE Operation against a key holding the wrong kind of value): delete it, or give the Backend a key prefix of its own (WithPrefix)",

@@ -1,6 +1,5 @@
 -- Takes the lock for an owner, or re-enters it when the owner holds it already.
--- KEYS[1] the lock: a hash {owner, token, count, h:<hold id> per hold, meta; q when waiters may
--- be in line}, always with a TTL
+-- KEYS[1] the lock, in either form (see lock.lua)
 -- KEYS[2] the fence counter of the lock (same hash tag), KEYS[3] the line (see queue.lua)
 -- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] TTL in ms, ARGV[4] fence counter retention in ms,
 -- ARGV[5] what the holder publishes about itself ('' for nothing), kept in the field meta
@@ -17,11 +16,15 @@ if pttl == -2 then
   redis.call('HSET', KEYS[1], 'q', 1)
   return r
 end
-local owner = redis.call('HGET', KEYS[1], 'owner')
+local h, plain = read_lock(KEYS[1], 'owner')
+local owner = h[1]
 if owner == ARGV[1] then
+  if plain then
+    to_hash(KEYS[1], plain)
+  end
   return reenter(KEYS[1], ARGV[2], ARGV[3], pttl)
 end
 if owner and pttl >= 0 then
   return {0, pttl}
 end
-return redis.error_reply('FENCELOCK the lock key holds a hash that fencelock did not write')
+return redis.error_reply('FENCELOCK the lock key holds a ' .. (plain and 'string' or 'hash') .. ' that fencelock did not write')

@@ -2,7 +2,10 @@
 // Sentinel-managed master, or a Cluster.
 //
 // A lock named N is a hash under the key <prefix>{N}: {owner, token, count, h:<hold> per hold,
-// meta when the holder publishes it, q once a waiter joined its line}, with the lock's TTL. Its fence counter is
+// meta when the holder publishes it, q once a waiter joined its line}, with the lock's TTL.
+// Every script also reads a second form, which none writes yet: a plain key
+// '<token> <hold> <owner>' for one holder's one hold with no metadata and no line, turned into
+// the hash when the lock needs it (lock.lua; README, "Upgrading with locks held"). Its fence counter is
 // <prefix>{N}:fence; Obtain's waiters line up in <prefix>{N}:q and <prefix>{N}:q:e, and hear
 // that a release handed them the lock on <prefix>{N}:g:<backend ID> (see AcquireQueued);
 // releases with no one in line are announced on the channel <prefix>{N}:released to whoever

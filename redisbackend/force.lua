@@ -4,7 +4,7 @@
 -- 'PUBLISH' elsewhere, ARGV[3] fence counter retention in ms, ARGV[4] how to count the
 -- listeners of a release (see handover)
 -- Returns 1 when it ended the lock, 0 when the lock changed owner or was gone.
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
+if read_lock(KEYS[1], 'owner')[1] ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])

@@ -2,8 +2,10 @@ package redisbackend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +49,9 @@ type watched struct {
 	lost             func(error)
 	queued           bool // in due
 	stopped          bool // no longer watched
+	// plain says the key is read as a plain key (GET), not as a hash (HMGET); flipped, that
+	// the last read met the other form and switched. Only the watch's goroutine uses them.
+	plain, flipped bool
 }
 
 func (lw *lossWatch) watch(b *Backend, l driver.Lease, lost func(error)) func() {
@@ -234,51 +239,71 @@ func (lw *lossWatch) run(b *Backend) {
 const lossReadBatch = 256
 
 // check reads the keys of ws and calls lost for each lock that is not its lease's any more.
-// A key that changes again during its read is queued again by changed, and read once more. It
-// reports whether every read got an answer; those that got none are queued again.
+// A key that changes again during its read is queued again by changed, and read once more; a
+// key found in the lock's other form (lock.lua) is read again at once in that form. It reports
+// whether every read got an answer; those that got none are queued again.
 func (lw *lossWatch) check(tr redisconn.Tracking, ws []*watched) bool {
-	reads := make([]redisconn.TrackedRead, 0, len(ws))
-	for _, w := range ws {
-		reads = append(reads, redisconn.TrackedRead{Key: w.key, Args: []any{"HMGET", w.key, "owner", "token"}})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), lossReadTimeout)
-	tr.Read(ctx, reads)
-	cancel()
 	answered := true
-	var lost []*watched
-	var why []error
-	lw.mu.Lock()
-	for i, w := range ws {
-		gone, ok := verdict(w, reads[i].Reply, reads[i].Err)
-		switch {
-		case !ok:
-			answered = false
-			lw.queueLocked(w)
-		case gone != nil:
-			if !w.stopped {
-				lost, why = append(lost, w), append(why, gone)
+	for len(ws) > 0 {
+		reads := make([]redisconn.TrackedRead, 0, len(ws))
+		for _, w := range ws {
+			args := []any{"HMGET", w.key, "owner", "token"}
+			if w.plain {
+				args = []any{"GET", w.key}
 			}
-			lw.removeLocked(w)
+			reads = append(reads, redisconn.TrackedRead{Key: w.key, Args: args})
 		}
-	}
-	lw.mu.Unlock()
-	for i, w := range lost {
-		w.lost(why[i])
+		ctx, cancel := context.WithTimeout(context.Background(), lossReadTimeout)
+		tr.Read(ctx, reads)
+		cancel()
+		var lost, again []*watched
+		var why []error
+		lw.mu.Lock()
+		for i, w := range ws {
+			gone, ok := verdict(w, reads[i].Reply, reads[i].Err)
+			switch {
+			case !ok:
+				answered = false
+				lw.queueLocked(w)
+			case gone == errOtherForm:
+				again = append(again, w)
+			case gone != nil:
+				if !w.stopped {
+					lost, why = append(lost, w), append(why, gone)
+				}
+				lw.removeLocked(w)
+			}
+		}
+		lw.mu.Unlock()
+		for i, w := range lost {
+			w.lost(why[i])
+		}
+		ws = again
 	}
 	return answered
 }
+
+// errOtherForm is verdict's word that the key holds the lock's other form, and that it
+// switched w's reads to it.
+var errOtherForm = errors.New("the lock's other form")
 
 // verdict reads the reply of w's read: gone says why the lock is not w's any more, nil
 // while it is; ok is false when the read got no answer.
 func verdict(w *watched, reply any, err error) (gone error, ok bool) {
 	switch {
+	case redisconn.HasPrefix(err, "WRONGTYPE") && !w.flipped:
+		w.plain, w.flipped = !w.plain, true
+		return errOtherForm, true
 	case redisconn.HasPrefix(err, "WRONGTYPE"):
 		return fmt.Errorf("%w: the server says the key of %q was overwritten with another type", driver.ErrNotHeld, w.name), true
 	case err != nil:
 		return nil, false
 	}
-	owner, token := holder(reply)
+	w.flipped = false
+	owner, token, ours := holder(reply)
 	switch {
+	case !ours:
+		return fmt.Errorf("%w: the server says the key of %q was overwritten with a value fencelock did not write", driver.ErrNotHeld, w.name), true
 	case owner == "":
 		return fmt.Errorf("%w: the server says the key of %q was deleted or expired", driver.ErrNotHeld, w.name), true
 	case owner != w.owner || token != w.token:
@@ -287,14 +312,24 @@ func verdict(w *watched, reply any, err error) (gone error, ok bool) {
 	return nil, true
 }
 
-// holder reads HMGET owner token.
-func holder(reply any) (owner string, token int64) {
+// holder reads a lock's owner and token from HMGET owner token, or from GET of a plain key
+// ('<token> <hold id> <owner>', see lock.lua); ours is false for a string not of that form.
+func holder(reply any) (owner string, token int64, ours bool) {
+	if s, ok := reply.(string); ok {
+		t, rest, ok := strings.Cut(s, " ")
+		_, owner, ok2 := strings.Cut(rest, " ")
+		n, err := strconv.ParseInt(t, 10, 64)
+		if !ok || !ok2 || err != nil || owner == "" {
+			return "", 0, false
+		}
+		return owner, n, true
+	}
 	v, _ := reply.([]any)
 	if len(v) != 2 {
-		return "", 0
+		return "", 0, true
 	}
 	owner, _ = v[0].(string)
 	t, _ := v[1].(string)
 	token, _ = strconv.ParseInt(t, 10, 64)
-	return owner, token
+	return owner, token, true
 }

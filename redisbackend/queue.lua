@@ -1,6 +1,6 @@
 -- Takes the lock for a waiter whose turn it is, or puts the waiter in line (or keeps its place
 -- there) until a release hands the lock over.
--- KEYS[1] the lock hash, KEYS[2] its fence counter,
+-- KEYS[1] the lock (see lock.lua), KEYS[2] its fence counter,
 -- KEYS[3] the queue: a sorted set of waiters <hold id>@<owner>, scored in order of arrival,
 -- KEYS[4] the waiters' entries: a hash <hold id>@<owner> -> '<deadline ms> <TTL ms> <client> <meta>',
 -- where TTL is the one a release hands the lock over with (ARGV[8])
@@ -19,16 +19,22 @@ if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 end
 local pttl = redis.call('PTTL', KEYS[1])
+local plain
 if pttl ~= -2 then
-  local owner = redis.call('HGET', KEYS[1], 'owner')
+  local h
+  h, plain = read_lock(KEYS[1], 'owner')
+  local owner = h[1]
   if owner == ARGV[1] then
     -- Re-entry, or a release handed the lock to this very wait.
     redis.call('ZREM', KEYS[3], member)
     redis.call('HDEL', KEYS[4], member)
+    if plain then
+      to_hash(KEYS[1], plain)
+    end
     return reenter(KEYS[1], ARGV[2], ARGV[3], pttl)
   end
   if not owner or pttl < 0 then
-    return redis.error_reply('FENCELOCK the lock key holds a hash that fencelock did not write')
+    return redis.error_reply('FENCELOCK the lock key holds a ' .. (plain and 'string' or 'hash') .. ' that fencelock did not write')
   end
 end
 local t = redis.call('TIME')
@@ -69,6 +75,9 @@ end
 redis.call('HSET', KEYS[4], member, (now + life) .. ' ' .. ARGV[8] .. ' ' .. ARGV[7] .. ' ' .. ARGV[5])
 if pttl >= 0 then
   -- The holder's release hands the lock over: it looks at the line only when told to.
+  if plain then
+    to_hash(KEYS[1], plain)
+  end
   redis.call('HSET', KEYS[1], 'q', 1)
 end
 -- The line outlives its longest-lived place, and no longer.

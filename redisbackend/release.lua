@@ -1,6 +1,6 @@
 -- Ends one hold of a lock. When none is left, hands the lock to the first live waiter in line
 -- and announces the grant, or deletes the lock and announces the release.
--- KEYS[1] the lock hash, KEYS[2] its fence counter, KEYS[3] the queue, KEYS[4] the waiters'
+-- KEYS[1] the lock (see lock.lua), KEYS[2] its fence counter, KEYS[3] the queue, KEYS[4] the waiters'
 -- entries (see queue.lua)
 -- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] 'SPUBLISH' on Cluster, 'PUBLISH' elsewhere,
 -- ARGV[4] fence counter retention in ms, ARGV[5] how to count the listeners of a release (see
@@ -11,7 +11,7 @@
 -- not hold the lock, or holds a later one: the hold of a lock lost and taken again by its
 -- owner is not in the new one. A hold released already leaves the count unchanged, so a
 -- retried release is harmless.
-local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'h:' .. ARGV[2], 'q', 'token')
+local h = read_lock(KEYS[1], 'owner', 'count', 'h:' .. ARGV[2], 'q', 'token')
 if h[1] ~= ARGV[1] or (ARGV[6] ~= '0' and h[5] ~= ARGV[6]) then
   return -1
 end

@@ -8,6 +8,8 @@ import (
 )
 
 var (
+	//go:embed lock.lua
+	lockSrc string
 	//go:embed take.lua
 	takeSrc string
 	//go:embed reenter.lua
@@ -45,20 +47,20 @@ var (
 	//go:embed sem_leave.lua
 	semLeaveSrc string
 
-	// The scripts that give a lock to an owner share the functions of take.lua, reenter.lua
-	// and handover.lua, and those that free one announce.lua of internal/redislayer; each
-	// script gets only the fragments it calls, since a script defines its functions anew on
-	// every call.
-	acquireSrc    = takeSrc + reenterSrc + acquireBody
-	releaseSrc    = redislayer.AnnounceLua + takeSrc + handoverSrc + releaseBody
+	// The scripts that read a lock share the functions of lock.lua, which reads both of its
+	// forms; those that give a lock to an owner, take.lua, reenter.lua and handover.lua; and
+	// those that free one, announce.lua of internal/redislayer. Each script gets only the
+	// fragments it calls, since a script defines its functions anew on every call.
+	acquireSrc    = lockSrc + takeSrc + reenterSrc + acquireBody
+	releaseSrc    = redislayer.AnnounceLua + lockSrc + takeSrc + handoverSrc + releaseBody
 	acquireScript = redisconn.NewScript(acquireSrc)
-	queueScript   = redisconn.NewScript(takeSrc + reenterSrc + queueBody)
+	queueScript   = redisconn.NewScript(lockSrc + takeSrc + reenterSrc + queueBody)
 	leaveScript   = redisconn.NewScript(leaveSrc)
-	renewScript   = redisconn.NewScript(renewSrc)
+	renewScript   = redisconn.NewScript(lockSrc + renewSrc)
 	releaseScript = redisconn.NewScript(releaseSrc)
-	inspectScript = redisconn.NewScript(inspectSrc)
-	forceScript   = redisconn.NewScript(redislayer.AnnounceLua + takeSrc + handoverSrc + forceBody)
-	publishScript = redisconn.NewScript(redislayer.AnnounceLua + publishBody)
+	inspectScript = redisconn.NewScript(lockSrc + inspectSrc)
+	forceScript   = redisconn.NewScript(redislayer.AnnounceLua + lockSrc + takeSrc + handoverSrc + forceBody)
+	publishScript = redisconn.NewScript(redislayer.AnnounceLua + lockSrc + publishBody)
 	lineScript    = redisconn.NewScript(lineSrc)
 
 	// The semaphore's scripts share sem.lua; those that issue tokens, take.lua's next_token.

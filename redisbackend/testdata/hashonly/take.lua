@@ -1,0 +1,52 @@
+-- next_token(fence, px) moves the fence counter of a lock or a semaphore on, keeping it px ms,
+-- and returns the new token and its decimal form, or nil and an error message. The token is
+-- the greater of the counter plus one and the server clock in microseconds, so it keeps
+-- increasing after the counter expires or a failover loses the last increments.
+local function next_token(fence, px)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- One call in the common case: write the clock and read what it replaced. Only when the
+  -- counter is at or past the clock (several takes in one microsecond, or a clock that stepped
+  -- back) does the token go one past the counter, in a second write.
+  local s = string.format('%.0f', now)
+  local old = redis.call('SET', fence, s, 'PX', px, 'GET')
+  local token = now
+  if old then
+    local last = tonumber(old)
+    if last == nil then
+      redis.call('SET', fence, old, 'PX', px)
+      return nil, 'FENCELOCK the fence key holds a value fencelock did not write'
+    end
+    if last >= now then
+      token = last + 1
+      s = string.format('%.0f', token)
+      redis.call('SET', fence, s, 'PX', px)
+    end
+  end
+  return token, s
+end
+
+-- take(lock, fence, owner, hold, ttl, retention, meta) gives the free lock to owner and returns
+-- its fencing token, or nil and an error message. This fragment and next_token open the
+-- scripts that take locks (see scripts.go).
+local function take(lock, fence, owner, hold, ttl, retention, meta)
+  local token, s = next_token(fence, math.max(tonumber(retention), tonumber(ttl)))
+  if not token then
+    return nil, s
+  end
+  redis.call('HSET', lock, 'owner', owner, 'token', s, 'count', 1, 'h:' .. hold, 1)
+  if meta ~= '' then
+    redis.call('HSET', lock, 'meta', meta)
+  end
+  redis.call('PEXPIRE', lock, ttl)
+  return token
+end
+
+-- grant is take for a script's reply: {1, token, 1} when owner holds the lock, or the error.
+local function grant(lock, fence, owner, hold, ttl, retention, meta)
+  local token, err = take(lock, fence, owner, hold, ttl, retention, meta)
+  if not token then
+    return redis.error_reply(err)
+  end
+  return {1, token, 1}
+end
