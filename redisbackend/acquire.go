@@ -36,9 +36,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant
 }
 
 // take runs an acquisition script — with WAIT in the same round trip under WithReplicas — and
-// returns its reply's integers (up to three): the outcome first, then at least one more, and a count after
-// a token when the outcome is 1. acked is how many replicas acknowledged the script's writes,
-// -1 without WithReplicas.
+// returns its reply's integers, up to three: the outcome first, then at least one more, and a
+// count after the token when the outcome is 1. acked is how many replicas acknowledged the
+// script's writes, -1 without WithReplicas.
 func (b *Backend) take(ctx context.Context, script *redisconn.Script, keys []string, args []any) (res [3]int64, acked int, err error) {
 	var reply []any
 	acked = -1
@@ -60,9 +60,10 @@ func (b *Backend) take(ctx context.Context, script *redisconn.Script, keys []str
 	return res, acked, nil
 }
 
-// unacked is the error of a grant that fewer replicas acknowledged than WithReplicas asks
-// (acked of them; -1 without WithReplicas), what naming what was granted. It is not handed
-// out: the Client releases it, as after any acquisition that failed but may have taken it.
+// unacked is the error of a grant that fewer replicas acknowledged than WithReplicas asks for
+// (acked of them; -1 without WithReplicas); what names what was granted. Such a grant is not
+// handed out: the Client releases it, as after any acquisition that failed but may have taken
+// the lock.
 func (b *Backend) unacked(acked int, what string) error {
 	if acked < 0 || acked >= b.replicas {
 		return nil
