@@ -30,7 +30,10 @@ func TestCallAfterWaitKeepsItsConnection(t *testing.T) {
 	via[0] = slow.Addr
 	direct := dial(t, as)
 	clients := dial(t, via)
-	b := newBackend(t, clients, redlock.WithNodeTimeout(100*time.Millisecond))
+	// A node timeout above the 500 ms linger is the least a call has from its send, and sets
+	// the test's scale: the margins below are fractions of it, wide enough for a busy machine.
+	const timeout = 2 * time.Second
+	b := newBackend(t, clients, redlock.WithNodeTimeout(timeout))
 	c := newLocker(t, b, fencelock.WithDefaults(fencelock.WithTTL(30*time.Second), fencelock.WithWatchdog(false)))
 	// Warm up: the nodes are seen, a connection each, and the scripts loaded, so that each call
 	// below is one round trip.
@@ -47,10 +50,10 @@ func TestCallAfterWaitKeepsItsConnection(t *testing.T) {
 	waitFor(t, 5*time.Second, "the warm-up's last replies read", func() bool { return !slices.ContainsFunc(clients, inCall) })
 	before := connectionsReceived(ctx, t, direct[0].(*redis.Client))
 
-	// Each round trip to node 0 takes 300 ms: within the 500 ms a call may run on after its
-	// fan-out stopped waiting, but the release's call there waits 300 ms for the acquisition's
-	// call first, and 200 ms would be all it had left.
-	slow.SetDelay(150 * time.Millisecond)
+	// Each round trip to node 0 takes 70% of the timeout: within what a call has from its
+	// send, but the release's call there waits that long for the acquisition's call first, and
+	// 30% would be all it had left.
+	slow.SetDelay(timeout * 7 / 20)
 	lock, err = c.TryObtain(ctx, "linger") // nodes 1 and 2 grant it at once
 	if err != nil {
 		t.Fatal(err)
@@ -58,11 +61,11 @@ func TestCallAfterWaitKeepsItsConnection(t *testing.T) {
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "node 0 still keeps the lock", func() bool {
+	waitFor(t, 15*time.Second, "node 0 still keeps the lock", func() bool {
 		return owners(direct, b.Key("linger"))[0] == ""
 	})
 	// The release's call there was the last: its reply is read, or the call was cut off.
-	waitFor(t, 5*time.Second, "the calls to node 0 landed or cut off", func() bool { return !inCall(clients[0]) })
+	waitFor(t, 15*time.Second, "the calls to node 0 landed or cut off", func() bool { return !inCall(clients[0]) })
 	slow.SetDelay(0)
 	if _, err := c.Inspect(ctx, "linger"); err != nil {
 		t.Fatal(err)
