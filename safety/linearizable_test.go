@@ -280,7 +280,10 @@ func linearizableCycle(ctx context.Context, h *history, client int, locker *fenc
 	switch {
 	case err == nil:
 		h.add(client, lockInput{"acquire", owner}, call, ret, lockOutput{OK: true})
-	case errors.Is(err, fencelock.ErrNotObtained):
+	case errors.Is(err, fencelock.ErrNotObtained) && !errors.Is(err, context.DeadlineExceeded):
+		// Refused: the store said it is held. One whose context ended is not obtained too, but
+		// its outcome is unknown (below): on a loaded machine every attempt ran past 200 ms,
+		// and counted as refusals of a free lock they made the history illegal.
 		h.add(client, lockInput{"acquire", owner}, call, ret, lockOutput{})
 		return
 	default:
@@ -320,5 +323,47 @@ func forceFree(ctx context.Context, h *history, client int, b driver.ForceReleas
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An attempt whose context ends before the store answers is not a refusal: its outcome is
+// unknown. With every round trip past the attempts' 200 ms, as on a loaded machine, counting
+// them as refusals of a free lock made every history illegal (75 runs of 75 beside a full
+// suite and two busy loops), a finding of the checker's, not of the lock's.
+func TestLinearizableCycleCountsATimeoutAsUnknown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	proxy := testserver.StartProxy(t, strings.TrimPrefix(startEtcd(t), "etcd://"))
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	backend := etcdbackend.New(c)
+	defer backend.Close()
+	locker := fencelock.New(backend, fencelock.WithCleanupTimeout(5*time.Second))
+	defer locker.Close()
+	proxy.SetDelay(150 * time.Millisecond) // each way: the attempt's reply comes after 300 ms
+	h := &history{start: time.Now()}
+	go func() {
+		// The operator's forced release that follows an unknown outcome gets through.
+		testserver.WaitFor(t, 30*time.Second, "an outcome recorded", func() bool {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return len(h.ops) > 0
+		})
+		proxy.SetDelay(0)
+	}()
+	linearizableCycle(ctx, h, 0, locker, backend, "c0-0")
+	ops := h.done()
+	if h.maybe == 0 {
+		t.Fatalf("no outcome unknown in %d operations (the first: %s): the attempt that ran past its 200 ms counted as refused, or the delay did not outlast it",
+			len(ops), lockModel.DescribeOperation(ops[0].Input, ops[0].Output))
+	}
+	if !porcupine.CheckOperations(lockModel, ops) {
+		for _, op := range ops {
+			t.Logf("c%d %s", op.ClientId, lockModel.DescribeOperation(op.Input, op.Output))
+		}
+		t.Fatal("the history of attempts that timed out is not linearizable")
 	}
 }
