@@ -42,8 +42,11 @@ func disagreeingLimits(t *testing.T, name string, stalled bool) {
 		}
 		sem := newLocker(t, b).Semaphore(name, limit)
 		wg.Go(func() {
-			for run.Err() == nil && !watch.failed() {
-				actx, cancel := context.WithTimeout(run, time.Duration(20+rand.IntN(200))*time.Millisecond)
+			// 6 s, and on (within the test's bound) until each limit got a grant: one limit's
+			// callers are refused while the other's permits are held, and an idle full run once
+			// saw 564 grants of limit 2 and none of limit 3 in 6 s.
+			for (run.Err() == nil || !watch.eachLimitGranted()) && ctx.Err() == nil && !watch.failed() {
+				actx, cancel := context.WithTimeout(ctx, time.Duration(20+rand.IntN(200))*time.Millisecond)
 				l, err := sem.Acquire(actx)
 				cancel()
 				if err != nil {
@@ -120,6 +123,13 @@ func (w *permitWatch) fail(err error) {
 }
 
 func (w *permitWatch) failed() bool { return w.err() != nil }
+
+// eachLimitGranted reports whether callers of both limits, 2 and 3, got a permit.
+func (w *permitWatch) eachLimitGranted() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.grants[2] > 0 && w.grants[3] > 0
+}
 
 func (w *permitWatch) err() error {
 	w.mu.Lock()
