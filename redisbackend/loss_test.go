@@ -97,14 +97,7 @@ func awaitTrackedRead(t *testing.T, ctx context.Context, rdb redis.UniversalClie
 	t.Helper()
 	read := func(ctx context.Context, c *redis.Client) bool {
 		list, _ := c.ClientList(ctx).Result()
-		for line := range strings.SplitSeq(list, "\n") {
-			f := strings.Fields(line)
-			if slices.ContainsFunc(f, func(kv string) bool { return strings.HasPrefix(kv, "flags=") && strings.Contains(kv, "t") }) &&
-				(slices.Contains(f, "cmd=hmget") || slices.Contains(f, "cmd=ping")) {
-				return true
-			}
-		}
-		return false
+		return trackingRan(list, "hmget", "ping")
 	}
 	waitUntil(t, "a connection with tracking on to read the lock's key", func() bool {
 		var found atomic.Bool
@@ -125,6 +118,24 @@ func awaitTrackedRead(t *testing.T, ctx context.Context, rdb redis.UniversalClie
 	})
 }
 
+// tracking reports whether fields, a line of CLIENT LIST, are a connection with tracking on
+// whose last command is one of cmds, or any command when none are named.
+func tracking(fields []string, cmds ...string) bool {
+	return slices.ContainsFunc(fields, func(kv string) bool { return strings.HasPrefix(kv, "flags=") && strings.Contains(kv, "t") }) &&
+		(len(cmds) == 0 || slices.ContainsFunc(cmds, func(cmd string) bool { return slices.Contains(fields, "cmd="+cmd) }))
+}
+
+// trackingRan reports whether list, the reply of CLIENT LIST, has a connection with tracking
+// on whose last command is one of cmds.
+func trackingRan(list string, cmds ...string) bool {
+	for line := range strings.SplitSeq(list, "\n") {
+		if tracking(strings.Fields(line), cmds...) {
+			return true
+		}
+	}
+	return false
+}
+
 // trackingClient returns the ID of the one client of the server with tracking on.
 func trackingClient(t *testing.T, ctx context.Context, rdb *redis.Client) string {
 	t.Helper()
@@ -134,8 +145,7 @@ func trackingClient(t *testing.T, ctx context.Context, rdb *redis.Client) string
 	}
 	var ids []string
 	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
-		f := strings.Fields(line)
-		if slices.ContainsFunc(f, func(kv string) bool { return strings.HasPrefix(kv, "flags=") && strings.Contains(kv, "t") }) {
+		if f := strings.Fields(line); tracking(f) {
 			ids = append(ids, strings.TrimPrefix(f[0], "id="))
 		}
 	}

@@ -217,7 +217,7 @@ func TestLossWatchReadsBothForms(t *testing.T) {
 	must(t, rdb.Set(ctx, b.Key("two-forms"), fmt.Sprintf("%d  %s", lock.StoreToken(), lock.Owner()), 30*time.Second).Err())
 	waitUntil(t, "the watch to read the plain key", func() bool {
 		list, _ := rdb.ClientList(ctx).Result()
-		return strings.Contains(list, "cmd=get ")
+		return trackingRan(list, "get")
 	})
 	if err := lock.Valid(); err != nil {
 		t.Fatalf("the lock, kept as a plain key of the same owner and token: %v", err)
