@@ -112,7 +112,7 @@ func TestSentinelFailoverWhileHeld(t *testing.T) {
 	}
 	direct := redis.NewClient(&redis.Options{Addr: after})
 	defer direct.Close()
-	if owner := direct.HGet(ctx, b.Key(name), "owner").Val(); owner != lock.Owner() {
+	if owner, _ := testserver.LockOwner(ctx, direct, b.Key(name)); owner != lock.Owner() {
 		t.Fatalf("new master %s has owner %q, want ours", after, owner)
 	}
 	if pttl := direct.PTTL(ctx, b.Key(name)).Val(); pttl <= 0 {

@@ -54,7 +54,7 @@ func runLoss(ctx context.Context, cfg *config, srv *server) ([]lossRow, error) {
 	rdb := newGoRedis(addr)
 	fb := redisbackend.New(rdb)
 	fl := fencelock.New(fb)
-	hs = append(hs, lossHolder{label: "fencelock", note: "go-redis client: CLIENT TRACKING on a connection pair of its own, then one HMGET of the key",
+	hs = append(hs, lossHolder{label: "fencelock", note: "go-redis client: CLIENT TRACKING on a connection pair of its own, then one GET of the key (HMGET where the lock is a hash)",
 		hold: fencelockLossHold(fl), key: fb.Key,
 		close: func() { _ = fl.Close(); _ = fb.Close(); _ = rdb.Close() }})
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})

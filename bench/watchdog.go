@@ -78,7 +78,7 @@ func runWatchdog(ctx context.Context, cfg *config, srv *server) ([]watchdogRow, 
 	}{
 		{"fencelock", func() (holder, error) { return newFencelockHolder(srv.Addr, cfg.watchdogTTL), nil },
 			"TTL " + cfg.watchdogTTL.String() + ", renewed every TTL/3 (the default) by one scheduler per client, due renewals batched in a pipeline; " +
-				"each renewal also makes the server push an invalidation to the loss watch, which reads the key again (HMGET, 256 to a pipeline) on a connection of its own that the round trips leave out, but the server's commands, CPU and memory count"},
+				"each renewal also makes the server push an invalidation to the loss watch, which reads the key again (GET, or HMGET for a hash; 256 to a pipeline) on a connection of its own that the round trips leave out, but the server's commands, CPU and memory count"},
 		{"fencelock (WithLossWatch(false))", func() (holder, error) {
 			return newFencelockHolder(srv.Addr, cfg.watchdogTTL, redisbackend.WithLossWatch(false)), nil
 		}, "the same without the loss watch: losses are learned at the renewals"},

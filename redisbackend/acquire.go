@@ -21,7 +21,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant
 		return g, err
 	}
 	keys := b.queueKeys(req.Name)[:3] // the lock, its fence counter and its line
-	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta}
+	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, b.form}
 	res, acked, err := b.take(ctx, acquireScript, keys, args)
 	if err != nil {
 		return driver.Grant{}, err

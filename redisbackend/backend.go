@@ -1,11 +1,11 @@
 // Package redisbackend keeps fencelock locks in one Redis deployment: a single node, a
 // Sentinel-managed master, or a Cluster.
 //
-// A lock named N is a hash under the key <prefix>{N}: {owner, token, count, h:<hold> per hold,
-// meta when the holder publishes it, q once a waiter joined its line}, with the lock's TTL.
-// Every script also reads a second form, which none writes yet: a plain key
-// '<token> <hold> <owner>' for one holder's one hold with no metadata and no line, turned into
-// the hash when the lock needs it (lock.lua; README, "Upgrading with locks held"). Its fence counter is
+// A lock named N is the key <prefix>{N}, with the lock's TTL: in the common case of one
+// holder's one hold with no metadata and no line, a plain key '<token> <hold> <owner>', one
+// SET; else a hash {owner, token, count, h:<hold> per hold, meta when the holder publishes it,
+// q once a waiter joined its line}, into which the plain key turns when the lock needs it
+// (lock.lua; WithPlainLocks; README, "Upgrading with locks held"). Its fence counter is
 // <prefix>{N}:fence; Obtain's waiters line up in <prefix>{N}:q and <prefix>{N}:q:e, and hear
 // that a release handed them the lock on <prefix>{N}:g:<backend ID> (see AcquireQueued);
 // releases with no one in line are announced on the channel <prefix>{N}:released to whoever
@@ -71,8 +71,9 @@ type Backend struct {
 	retention time.Duration
 	replicas  int
 	replicaTO time.Duration
-	sharded   *bool // WithShardedPubSub; nil: the default for the deployment
-	err       error // set when the configuration is unusable; every call returns it
+	sharded   *bool  // WithShardedPubSub; nil: the default for the deployment
+	form      string // WithPlainLocks: "hash" when off, the scripts' argument
+	err       error  // set when the configuration is unusable; every call returns it
 
 	id           string                  // names this Backend's grant channels (see AcquireQueued)
 	retentionArg any                     // the fence retention in ms, boxed once
@@ -136,6 +137,21 @@ func WithPipelining(n int) Option { return func(b *Backend) { b.pipe.max = n } }
 // holding thousands of locks at once may prefer to learn of losses at its renewals. Default:
 // on where the client can track keys.
 func WithLossWatch(on bool) Option { return func(b *Backend) { b.loss.off = !on } }
+
+// WithPlainLocks lets the Backend write a lock with one holder's one hold, no metadata and no
+// waiter in line as a plain string key, one SET, rather than a hash: the common case costs the
+// server less. Off, every lock is written as a hash, as versions before plain keys did (see
+// the README, "Upgrading with locks held"): set it off on every instance of a rolling upgrade
+// from such a version, whose scripts fail on a plain key, and on again once none of them
+// runs. Either way the Backend reads both forms. Default: on.
+func WithPlainLocks(on bool) Option {
+	return func(b *Backend) {
+		b.form = ""
+		if !on {
+			b.form = "hash"
+		}
+	}
+}
 
 // WithShardedPubSub chooses SPUBLISH/SSUBSCRIBE (Redis 7 sharded pub/sub) over
 // PUBLISH/SUBSCRIBE for release notifications. Default: on for a Cluster, where a

@@ -11,11 +11,18 @@
 -- the server's WRONGTYPE error, as HMGET would.
 local function read_lock(lock, ...)
   local fields = {...}
-  local h = redis.pcall('HMGET', lock, unpack(fields))
-  if not h.err then
-    return h, nil
+  -- GET first: most locks are plain keys (take.lua).
+  local v = redis.pcall('GET', lock)
+  if type(v) == 'table' and v.err then
+    return redis.call('HMGET', lock, unpack(fields)), nil
   end
-  local v = redis.call('GET', lock)
+  if not v then
+    local out = {}
+    for i = 1, #fields do
+      out[i] = false
+    end
+    return out, nil
+  end
   local token, hold, owner = string.match(v, '^(%d+) (%S*) (.*)$')
   if not token then
     error(redis.error_reply('FENCELOCK the lock key holds a string that fencelock did not write'))

@@ -55,7 +55,7 @@ type watched struct {
 }
 
 func (lw *lossWatch) watch(b *Backend, l driver.Lease, lost func(error)) func() {
-	w := &watched{key: b.Key(l.Name), name: l.Name, owner: l.Owner, token: l.Token, lost: lost}
+	w := &watched{key: b.Key(l.Name), name: l.Name, owner: l.Owner, token: l.Token, lost: lost, plain: true}
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	if !lw.off {

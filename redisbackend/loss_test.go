@@ -34,7 +34,16 @@ func TestLossByPush(t *testing.T) {
 			must(t, rdb.Del(ctx, key).Err())
 		}, "deleted"},
 		{"taken by another owner", func(t *testing.T, ctx context.Context, _ *testserver.Redis, rdb *redis.Client, key string) {
-			must(t, rdb.HSet(ctx, key, "owner", "someone else", "token", 1).Err())
+			must(t, rdb.Set(ctx, key, "1 h someone else", time.Minute).Err()) // a plain lock (lock.lua)
+		}, "held by another lock"},
+		{"taken by another owner, as a hash", func(t *testing.T, ctx context.Context, _ *testserver.Redis, rdb *redis.Client, key string) {
+			_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Del(ctx, key)
+				p.HSet(ctx, key, "owner", "someone else", "token", 1, "count", 1)
+				p.PExpire(ctx, key, time.Minute)
+				return nil
+			})
+			must(t, err)
 		}, "held by another lock"},
 		{"overwritten with a string", func(t *testing.T, ctx context.Context, _ *testserver.Redis, rdb *redis.Client, key string) {
 			must(t, rdb.Set(ctx, key, "x", time.Minute).Err())

@@ -232,3 +232,80 @@ func TestLossWatchReadsBothForms(t *testing.T) {
 		t.Fatalf("cause %v: want the deletion the server told of", err)
 	}
 }
+
+// A Backend made WithPlainLocks(false), as in a rolling upgrade from a version whose scripts
+// know only the hash, writes no plain key — not at a grant, nor at a hand-over — so that a
+// client of that version meets each of its locks as a lock held, and takes it when it is
+// free, with a greater token. A Backend of the defaults writes the plain key.
+func TestPlainLocksOffWritesOnlyHashes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	plainB := redisbackend.New(rdb)
+	defer plainB.Close()
+	hashB := redisbackend.New(rdb, redisbackend.WithPlainLocks(false))
+	defer hashB.Close()
+	old, err := os.ReadFile("testdata/hashonly/take.lua")
+	must(t, err)
+	for _, f := range []string{"reenter", "acquire"} {
+		s, err := os.ReadFile("testdata/hashonly/" + f + ".lua")
+		must(t, err)
+		old = append(old, s...)
+	}
+	oldAcquire := func(name string) []any {
+		t.Helper()
+		k := hashB.Key(name)
+		res, err := rdb.Eval(ctx, string(old), []string{k, k + ":fence", k + ":q"}, "old owner", "old hold", 1000, 60000, "").Slice()
+		if err != nil {
+			t.Fatalf("the hash-only acquire of %s: %v", name, err)
+		}
+		return res
+	}
+
+	c, plainC := fencelock.New(hashB), fencelock.New(plainB)
+	defer c.Close()
+	defer plainC.Close()
+	l, err := plainC.TryObtain(ctx, "plain-default")
+	must(t, err)
+	if ty := keyType(t, ctx, rdb, plainB, "plain-default"); ty != "string" {
+		t.Fatalf("a lock of a Backend of the defaults is a %s key, want the plain string", ty)
+	}
+	must(t, l.Release(ctx))
+
+	holder, err := c.TryObtain(ctx, "hash-only", fencelock.WithTTL(10*time.Second))
+	must(t, err)
+	if ty := keyType(t, ctx, rdb, hashB, "hash-only"); ty != "hash" {
+		t.Fatalf("a lock of a Backend WithPlainLocks(false) is a %s key, want the hash", ty)
+	}
+	if res := oldAcquire("hash-only"); res[0] != int64(0) {
+		t.Fatalf("the hash-only acquire of a held lock: %v, want {0, pttl}", res)
+	}
+	// A hand-over to a waiter of the same Backend: the lock it hands over is a hash too.
+	waited := make(chan *fencelock.Lock, 1)
+	go func() {
+		w, err := c.Obtain(ctx, "hash-only", fencelock.WithOwner("waiter"), fencelock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- w
+	}()
+	waitUntil(t, "the waiter in line", func() bool {
+		line, err := hashB.Line(ctx, "hash-only")
+		return err == nil && len(line) == 1
+	})
+	must(t, holder.Release(ctx))
+	w := <-waited
+	if w == nil {
+		t.FailNow()
+	}
+	if ty := keyType(t, ctx, rdb, hashB, "hash-only"); ty != "hash" {
+		t.Fatalf("the lock handed over by a Backend WithPlainLocks(false) is a %s key, want the hash", ty)
+	}
+	if res := oldAcquire("hash-only"); res[0] != int64(0) {
+		t.Fatalf("the hash-only acquire of the handed-over lock: %v, want {0, pttl}", res)
+	}
+	must(t, w.Release(ctx))
+	if res := oldAcquire("hash-only"); res[0] != int64(1) || res[1].(int64) <= w.StoreToken() {
+		t.Fatalf("the hash-only acquire of the free lock: %v, want {1, a token above %d, 1}", res, w.StoreToken())
+	}
+}

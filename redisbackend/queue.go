@@ -54,7 +54,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, req driver.Request) (driver
 		return true
 	}
 	k := &lockLine{b: b, req: req, start: l.start, keys: b.queueKeys(req.Name)}
-	k.args = []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, l.life.Milliseconds(), b.id, l.hand.Milliseconds()}
+	k.args = []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, l.life.Milliseconds(), b.id, l.hand.Milliseconds(), b.form}
 	return l.wait(ctx, k)
 }
 

@@ -7,7 +7,8 @@
 -- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] TTL in ms, ARGV[4] fence counter retention in ms,
 -- ARGV[5] meta, ARGV[6] how long the entry lives without being renewed, in ms, ARGV[7] the ID
 -- of the waiter's client, which hears of its grant on KEYS[1] .. ':g:' .. ARGV[7], ARGV[8] the
--- TTL in ms a release hands the lock to this waiter with (its holder's first renewal extends it)
+-- TTL in ms a release hands the lock to this waiter with (its holder's first renewal extends it),
+-- ARGV[9] 'hash' to write the lock as a hash whatever it holds (WithPlainLocks(false)), else ''
 -- Returns {1, token, count} when the owner holds the lock after the call,
 --         {0, pttl, last} when it waits: the holder's PTTL, or -1 when the lock is free but an
 --         earlier waiter, still alive, is next; and the last token issued for the lock. A
@@ -16,7 +17,7 @@
 local member = ARGV[2] .. '@' .. ARGV[1]
 -- Neither the lock nor a line, the usual case: the lock is the caller's at once.
 if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
-  return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+  return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], false, ARGV[9] == 'hash')
 end
 local pttl = redis.call('PTTL', KEYS[1])
 local plain
@@ -57,11 +58,7 @@ if pttl == -2 then
   if not head or head == member then
     redis.call('ZREM', KEYS[3], member)
     redis.call('HDEL', KEYS[4], member)
-    local r = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
-    if redis.call('EXISTS', KEYS[3]) == 1 then
-      redis.call('HSET', KEYS[1], 'q', 1)
-    end
-    return r
+    return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], redis.call('EXISTS', KEYS[3]) == 1, ARGV[9] == 'hash')
   end
   pttl = -1
 end

@@ -439,7 +439,7 @@ func TestHandOverWithReplicas(t *testing.T) {
 	const name = "handover-replicas"
 	l := handOver(t, ctx, rdb, b, holder, waiter, name, fencelock.WithTTL(10*time.Second))
 	replica := s.Replica.ClientT(t)
-	if owner := replica.HGet(ctx, b.Key(name), "owner").Val(); owner != l.Owner() {
+	if owner, _ := testserver.LockOwner(ctx, replica, b.Key(name)); owner != l.Owner() {
 		t.Fatalf("the replica names %q as the holder, want %q", owner, l.Owner())
 	}
 	// The renewal that the replica acknowledged gave the hand-over its whole TTL.

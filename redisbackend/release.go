@@ -22,7 +22,7 @@ func (b *Backend) release(ctx context.Context, lease driver.Lease, hold string) 
 	if lease.Limit > 0 {
 		return b.releasePermit(ctx, lease, hold)
 	}
-	n, err := redisconn.Int64(b.pipe.run(ctx, releaseScript, b.queueKeys(lease.Name), lease.Owner, hold, b.announce.Publish, b.retentionArg, b.announce.Count, lease.Token))
+	n, err := redisconn.Int64(b.pipe.run(ctx, releaseScript, b.queueKeys(lease.Name), lease.Owner, hold, b.announce.Publish, b.retentionArg, b.announce.Count, lease.Token, b.form))
 	switch {
 	case err != nil:
 		return 0, redislayer.Classify(err)

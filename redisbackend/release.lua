@@ -5,7 +5,8 @@
 -- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] 'SPUBLISH' on Cluster, 'PUBLISH' elsewhere,
 -- ARGV[4] fence counter retention in ms, ARGV[5] how to count the listeners of a release (see
 -- handover), ARGV[6] the token of the hold's grant, or '0' for whatever lock the owner holds
--- (a clean-up of an acquisition whose answer was lost)
+-- (a clean-up of an acquisition whose answer was lost), ARGV[7] 'hash' to hand the lock over
+-- as a hash (WithPlainLocks(false)), else ''
 -- The announcements go to channels in the lock's hash slot (see handover in take.lua).
 -- Returns the hold count left (0: the lock is no longer this owner's), -1 when the owner does
 -- not hold the lock, or holds a later one: the hold of a lock lost and taken again by its
@@ -26,7 +27,7 @@ end
 redis.call('DEL', KEYS[1])
 -- The line is looked at only when a waiter joined it while this lock was held (q).
 if h[4] then
-  local err = handover(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[3], ARGV[5])
+  local err = handover(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[3], ARGV[5], ARGV[7] == 'hash')
   if err then
     return redis.error_reply(err)
   end

@@ -179,7 +179,7 @@ func TestNoRevivalAfterTTL(t *testing.T) {
 			revived++
 			t.Errorf("a lock away past its TTL was renewed (successor: %v)", successor)
 		}
-		owner := rdb.HGet(ctx, keys.Key(name), "owner").Val()
+		owner, _ := testserver.LockOwner(ctx, rdb, keys.Key(name))
 		switch {
 		case !successor && owner != "":
 			t.Fatalf("the expired lock came back with owner %q", owner)

@@ -43,3 +43,25 @@ func commandStat(ctx context.Context, c *redis.Client, stat string, names []stri
 	}
 	return n, nil
 }
+
+// LockOwner returns the owner of the Redis lock whose key is key on the server behind c, in
+// either of its forms (redisbackend's lock.lua): "" when there is no lock.
+func LockOwner(ctx context.Context, c *redis.Client, key string) (string, error) {
+	v, err := c.Get(ctx, key).Result()
+	switch {
+	case err == redis.Nil:
+		return "", nil
+	case err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE"):
+		owner, err := c.HGet(ctx, key, "owner").Result()
+		if err == redis.Nil {
+			return "", nil
+		}
+		return owner, err
+	case err != nil:
+		return "", err
+	}
+	// '<token> <hold id> <owner>'
+	_, rest, _ := strings.Cut(v, " ")
+	_, owner, _ := strings.Cut(rest, " ")
+	return owner, nil
+}
