@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/etcdbackend/etcdtest"
 	"github.com/fencelock/fencelock/internal/testserver"
 )
 
@@ -38,7 +39,8 @@ func TestTinyRun(t *testing.T) {
 		t.Errorf("a scenario failed:\n%s", report[strings.Index(report, "## Scenarios that failed"):])
 	}
 	for _, h := range []string{"## Against the targets", "## 1. Uncontended latency", "## 2. Throughput",
-		"## 3. Contention", "## 4. Handoff", "## 5. Redlock", "## 6. Watchdog at scale", "## 7. Loss by push"} {
+		"## 3. Contention", "## 4. Handoff", "## 5. Redlock", "## 6. Watchdog at scale", "## 7. Loss by push",
+		"## 10. Sizing"} {
 		if !strings.Contains(report, h) {
 			t.Errorf("the report has no section %q", h)
 		}
@@ -69,6 +71,24 @@ func TestTinyRun(t *testing.T) {
 	}
 	if !strings.Contains(report, "| fencelock | 2 |") {
 		t.Error("no loss row for fencelock with 2 samples")
+	}
+	// Sizing: every deployment ran every step without a failure, and each backend's chart
+	// was written beside the docs.
+	sizing := report[strings.Index(report, "## 10. Sizing"):]
+	steps := regexp.MustCompile(`(?m)^\| (Redis|etcd|ZooKeeper) \| ([^|]+) \| (\d+) \| ([\d.]+) \|.* \| (\S+) \|$`).FindAllStringSubmatch(sizing, -1)
+	if len(steps) != 6*2 {
+		t.Errorf("%d sizing rows, want 12 (6 deployments, 2 steps each):\n%s", len(steps), sizing)
+	}
+	for _, s := range steps {
+		if s[4] == "0" || s[5] != "0" {
+			t.Errorf("sizing %s, %s, %s callers: %s cycles/s, failures %s", s[1], s[2], s[3], s[4], s[5])
+		}
+	}
+	for _, b := range []string{"redis", "etcd", "zookeeper"} {
+		svg, err := os.ReadFile(filepath.Join(filepath.Dir(docs), "sizing-"+b+".svg"))
+		if err != nil || !bytes.HasPrefix(svg, []byte("<svg ")) || !bytes.Contains(svg, []byte("<polyline")) {
+			t.Errorf("the %s chart: %v, %.80q", b, err, svg)
+		}
 	}
 	if t.Failed() {
 		t.Log(report)
@@ -159,4 +179,9 @@ func TestFencingFloor(t *testing.T) {
 	if n := c.f.rdb.Exists(ctx, "{n}").Val(); n != 0 {
 		t.Fatalf("the lock key is left after the last release")
 	}
+}
+
+func TestMain(m *testing.M) {
+	etcdtest.ServeIfAsked() // the sizing scenario's etcd member: this test binary, run again
+	os.Exit(m.Run())
 }

@@ -6,12 +6,13 @@ import (
 	"io"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // scenarioNames in the order they run.
-var scenarioNames = []string{"latency", "throughput", "contention", "handoff", "redlock", "watchdog", "loss", "semaphore", "election"}
+var scenarioNames = []string{"latency", "throughput", "contention", "handoff", "redlock", "watchdog", "loss", "semaphore", "election", "sizing"}
 
 // config is one run's settings. Zero counts and durations in the flags take the mode's
 // defaults.
@@ -33,7 +34,9 @@ type config struct {
 	watchdogLocks     int
 	watchdogTTL       time.Duration
 	watchdogIntervals int
-	lossSamples       int // loss: deleted keys per library
+	lossSamples       int           // loss: deleted keys per library
+	sizingCallers     []int         // sizing: the counts of callers stepped through
+	sizingStep        time.Duration // sizing: time per count of callers
 	pin               bool
 	timeout           time.Duration
 	writeDocs         bool
@@ -60,15 +63,18 @@ var modes = map[string]config{
 	"full": {rounds: 10, warmup: 200, cycles: 20000, throughput: 4 * time.Second, goroutines: 32,
 		contention: 5 * time.Second, workers: 8, critical: 20 * time.Microsecond,
 		handoffs: 300, handoffBudget: 25 * time.Second, redlockCycles: 10000,
-		watchdogLocks: 10000, watchdogTTL: 3 * time.Second, watchdogIntervals: 5, lossSamples: 100},
+		watchdogLocks: 10000, watchdogTTL: 3 * time.Second, watchdogIntervals: 5, lossSamples: 100,
+		sizingCallers: []int{1, 4, 16, 64}, sizingStep: 3 * time.Second},
 	"quick": {rounds: 4, warmup: 100, cycles: 2000, throughput: time.Second, goroutines: 32,
 		contention: 1200 * time.Millisecond, workers: 8, critical: 20 * time.Microsecond,
 		handoffs: 40, handoffBudget: 3 * time.Second, redlockCycles: 1000,
-		watchdogLocks: 2000, watchdogTTL: 1500 * time.Millisecond, watchdogIntervals: 3, lossSamples: 20},
+		watchdogLocks: 2000, watchdogTTL: 1500 * time.Millisecond, watchdogIntervals: 3, lossSamples: 20,
+		sizingCallers: []int{1, 8, 32}, sizingStep: 500 * time.Millisecond},
 	"tiny": {rounds: 2, warmup: 2, cycles: 20, throughput: 40 * time.Millisecond, goroutines: 4,
 		contention: 60 * time.Millisecond, workers: 3, critical: 20 * time.Microsecond,
 		handoffs: 2, handoffBudget: time.Second, redlockCycles: 10,
-		watchdogLocks: 30, watchdogTTL: 300 * time.Millisecond, watchdogIntervals: 1, lossSamples: 2},
+		watchdogLocks: 30, watchdogTTL: 300 * time.Millisecond, watchdogIntervals: 1, lossSamples: 2,
+		sizingCallers: []int{1, 2}, sizingStep: 40 * time.Millisecond},
 }
 
 // limits bound every count and duration a flag can set, so that a run always ends.
@@ -100,6 +106,18 @@ func parseFlags(fs *flag.FlagSet, args []string) (*config, error) {
 	fs.DurationVar(&c.watchdogTTL, "watchdog-ttl", 0, "watchdog: TTL of the held locks; renewed every TTL/3 (default: full 3s, quick 1.5s)")
 	fs.IntVar(&c.watchdogIntervals, "watchdog-intervals", 0, "watchdog: renewal intervals measured (default: full 5, quick 3)")
 	fs.IntVar(&c.lossSamples, "loss-samples", 0, "loss: deleted keys per library (default: full 100, quick 20)")
+	fs.Func("sizing-callers", "sizing: comma-separated counts of concurrent callers (default: full 1,4,16,64, quick 1,8,32)", func(v string) error {
+		c.sizingCallers = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return err
+			}
+			c.sizingCallers = append(c.sizingCallers, n)
+		}
+		return nil
+	})
+	fs.DurationVar(&c.sizingStep, "sizing-step", 0, "sizing: time per count of callers (default: full 3s, quick 500ms)")
 	fs.BoolVar(&c.pin, "pin", true, "pin the redis-server processes to CPU 0 and this program to CPU 1 (GOMAXPROCS 1), when there are 2 CPUs or more")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "stop the run after this long")
 	fs.BoolVar(&c.writeDocs, "write-docs", false, "write the results to docs/PERFORMANCE.md of the fencelock checkout (see -docs)")
@@ -178,6 +196,10 @@ func (c *config) finish(scenarios, contenders string) error {
 	setDur(&c.watchdogTTL, d.watchdogTTL)
 	setInt(&c.watchdogIntervals, d.watchdogIntervals)
 	setInt(&c.lossSamples, d.lossSamples)
+	setDur(&c.sizingStep, d.sizingStep)
+	if len(c.sizingCallers) == 0 {
+		c.sizingCallers = d.sizingCallers
+	}
 	if c.timeout == 0 {
 		c.timeout = 30 * time.Minute
 	}
@@ -214,6 +236,12 @@ func (c *config) finish(scenarios, contenders string) error {
 		{"redlock-cycles", c.redlockCycles, maxCycles}, {"watchdog-locks", c.watchdogLocks, maxLocks},
 		{"watchdog-intervals", c.watchdogIntervals, 100}, {"loss-samples", c.lossSamples, 10_000},
 	}
+	for _, n := range c.sizingCallers {
+		checks = append(checks, struct {
+			name  string
+			v, hi int
+		}{"sizing-callers", n, maxWorkers})
+	}
 	for _, k := range checks {
 		if k.v < 1 || k.v > k.hi {
 			return fmt.Errorf("-%s must be between 1 and %d, got %d", k.name, k.hi, k.v)
@@ -229,6 +257,7 @@ func (c *config) finish(scenarios, contenders string) error {
 		{"critical", c.critical, time.Nanosecond, time.Second},
 		{"handoff-budget", c.handoffBudget, time.Millisecond, maxDuration},
 		{"watchdog-ttl", c.watchdogTTL, 30 * time.Millisecond, time.Minute},
+		{"sizing-step", c.sizingStep, time.Millisecond, maxDuration},
 		{"timeout", c.timeout, time.Second, 3 * time.Hour},
 	}
 	for _, k := range durs {

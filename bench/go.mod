@@ -7,7 +7,9 @@ require (
 	github.com/fencelock/fencelock v0.0.0
 	github.com/fencelock/fencelock/etcdbackend v0.0.0
 	github.com/fencelock/fencelock/redisconn/rueidisconn v0.0.0
+	github.com/fencelock/fencelock/zkbackend v0.0.0
 	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	github.com/zeromicro/go-zero v1.10.3
@@ -92,3 +94,5 @@ replace github.com/fencelock/fencelock => ../
 replace github.com/fencelock/fencelock/redisconn/rueidisconn => ../redisconn/rueidisconn
 
 replace github.com/fencelock/fencelock/etcdbackend => ../etcdbackend
+
+replace github.com/fencelock/fencelock/zkbackend => ../zkbackend

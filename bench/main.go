@@ -17,11 +17,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"syscall"
+
+	"github.com/fencelock/fencelock/etcdbackend/etcdtest"
 )
 
 func main() {
+	etcdtest.ServeIfAsked() // the sizing scenario's etcd member runs in this program, started again
 	cfg, err := parseFlags(newFlagSet(), os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -160,6 +164,10 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 			rep.election, err = runElection(ctx, cfg)
 			return err
 		}},
+		{"sizing", func() error {
+			rep.sizing = runSizing(ctx, cfg, srv.nodes[0].Addr, srv.nodes[0].PID(), srv.pinTo)
+			return ctx.Err()
+		}},
 	}
 	for _, s := range steps {
 		if err := step(s.name, s.f); err != nil {
@@ -177,6 +185,9 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 			return err
 		}
 		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			return err
+		}
+		if err := rep.writeCharts(filepath.Dir(path)); err != nil {
 			return err
 		}
 		fmt.Fprintf(log, "bench: wrote %s\n", path)

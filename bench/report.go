@@ -20,6 +20,7 @@ type report struct {
 	loss       []lossRow
 	semaphore  []semaphoreRow
 	election   []electionRow
+	sizing     []sizingRow
 	failed     []string // scenarios that ended with an error, and the error
 }
 
@@ -80,6 +81,7 @@ func (r *report) markdown() string {
 	r.lossSection(&sb)
 	r.semaphoreSection(&sb)
 	r.electionSection(&sb)
+	r.sizingSection(&sb)
 	if len(r.failed) > 0 {
 		sb.WriteString("## Scenarios that failed\n\n")
 		for _, f := range r.failed {

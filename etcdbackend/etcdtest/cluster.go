@@ -309,3 +309,12 @@ func (c *Cluster) Close() {
 
 // pickURL finds the URL a member listens on; a test replaces it.
 var pickURL = freeURL
+
+// PID returns the process ID of a Process cluster's child, which serves its one member; 0 for
+// a cluster whose members run in this process.
+func (c *Cluster) PID() int {
+	if c.proc == nil || c.proc.cmd.Process == nil {
+		return 0
+	}
+	return c.proc.cmd.Process.Pid
+}
