@@ -84,6 +84,15 @@ func TestTinyRun(t *testing.T) {
 			t.Errorf("sizing %s, %s, %s callers: %s cycles/s, failures %s", s[1], s[2], s[3], s[4], s[5])
 		}
 	}
+	holds := regexp.MustCompile(`(?m)^\| (Redis|etcd|ZooKeeper) \| ([^|]+) \| (\d+) in [^|]+ \| [\d.]+ ms/s \| [^|]+ \| (?:\d+ B|–) \| (\d+) \|$`).FindAllStringSubmatch(sizing, -1)
+	if len(holds) != 6 {
+		t.Errorf("%d rows of held locks, want 6:\n%s", len(holds), sizing)
+	}
+	for _, h := range holds {
+		if h[4] != "0" {
+			t.Errorf("sizing %s, %s: %s of %s held locks lost", h[1], h[2], h[4], h[3])
+		}
+	}
 	for _, b := range []string{"redis", "etcd", "zookeeper"} {
 		svg, err := os.ReadFile(filepath.Join(filepath.Dir(docs), "sizing-"+b+".svg"))
 		if err != nil || !bytes.HasPrefix(svg, []byte("<svg ")) || !bytes.Contains(svg, []byte("<polyline")) {

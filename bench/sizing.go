@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -62,8 +63,25 @@ type sizingPoint struct {
 type sizingRow struct {
 	target *sizingTarget
 	points []sizingPoint
+	held   *sizingHeld // nil when the step did not run
 	err    error
 }
+
+// sizingHeld is what holding many locks costs: the watchdog renewing them, and memory.
+type sizingHeld struct {
+	locks       int
+	obtained    time.Duration // to obtain them all
+	held        time.Duration // how long they were held and measured
+	clientCPU   time.Duration // this process's, over held
+	serverCPU   time.Duration // every server process's, over held; 0 when not measured
+	heapPerLock float64       // this process's Go heap, bytes per held lock
+	lost        int
+	err         error
+}
+
+// sizingHoldTTL is the held locks' TTL: etcd's least lease TTL is 2 s, so every backend gets
+// one above it; the watchdog renews every TTL/3.
+const sizingHoldTTL = 3 * time.Second
 
 // sizingZKSession is the ZooKeeper session timeout asked for.
 const sizingZKSession = 10 * time.Second
@@ -220,7 +238,7 @@ func runSizing(ctx context.Context, cfg *config, redisAddr string, redisPID, pin
 	for _, t := range sizingTargets(redisAddr, redisPID) {
 		cfg.progress("sizing: %s, %s", t.backend, t.label)
 		row := sizingRow{target: t}
-		row.points, row.err = sizeTarget(ctx, cfg, t, pinTo)
+		row.points, row.held, row.err = sizeTarget(ctx, cfg, t, pinTo)
 		rows = append(rows, row)
 		if ctx.Err() != nil {
 			break
@@ -229,25 +247,95 @@ func runSizing(ctx context.Context, cfg *config, redisAddr string, redisPID, pin
 	return rows
 }
 
-func sizeTarget(ctx context.Context, cfg *config, t *sizingTarget, pinTo int) ([]sizingPoint, error) {
+func sizeTarget(ctx context.Context, cfg *config, t *sizingTarget, pinTo int) ([]sizingPoint, *sizingHeld, error) {
 	s, err := t.open(ctx, pinTo)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer s.close()
 	for k := range cfg.warmup {
 		if err := sizingCycle(ctx, s.c, "size:warm:"+strconv.Itoa(k)); err != nil {
-			return nil, fmt.Errorf("warm-up: %w", err)
+			return nil, nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}
 	var points []sizingPoint
 	for _, n := range cfg.sizingCallers {
 		if err := ctx.Err(); err != nil {
-			return points, err
+			return points, nil, err
 		}
 		points = append(points, sizeStep(ctx, cfg, s, n))
 	}
-	return points, nil
+	return points, holdStep(ctx, cfg, s), nil
+}
+
+// holdStep obtains cfg.watchdogLocks locks, holds them for cfg.watchdogIntervals renewal
+// intervals while the watchdog renews them, and measures the CPU that costs, and the memory.
+func holdStep(ctx context.Context, cfg *config, s *sizingSetup) *sizingHeld {
+	h := &sizingHeld{locks: cfg.watchdogLocks}
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	locks := make([]*fencelock.Lock, cfg.watchdogLocks)
+	start := time.Now()
+	var next atomic.Int64
+	var errOnce sync.Once
+	var wg sync.WaitGroup
+	for range min(64, cfg.watchdogLocks) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(locks); i = int(next.Add(1)) - 1 {
+				octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				l, err := s.c.TryObtain(octx, "held:"+strconv.Itoa(i), fencelock.WithTTL(sizingHoldTTL))
+				cancel()
+				if err != nil {
+					errOnce.Do(func() { h.err = err })
+					return
+				}
+				locks[i] = l
+			}
+		})
+	}
+	wg.Wait()
+	h.obtained = time.Since(start)
+	defer func() {
+		for _, l := range locks {
+			if l != nil {
+				rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = l.Release(rctx)
+				cancel()
+			}
+		}
+	}()
+	if h.err != nil {
+		return h
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	h.heapPerLock = float64(int64(m1.HeapAlloc+m1.StackInuse)-int64(m0.HeapAlloc+m0.StackInuse)) / float64(len(locks))
+	server0 := 0.0
+	for _, pid := range s.pids {
+		server0 += procCPU(pid)
+	}
+	client0 := cpuTime()
+	begin := time.Now()
+	if err := sleep(ctx, time.Duration(cfg.watchdogIntervals)*sizingHoldTTL/3); err != nil {
+		h.err = err
+		return h
+	}
+	h.held = time.Since(begin)
+	h.clientCPU = time.Duration((cpuTime() - client0) * 1e9)
+	server := 0.0
+	for _, pid := range s.pids {
+		server += procCPU(pid)
+	}
+	if len(s.pids) > 0 {
+		h.serverCPU = time.Duration((server - server0) * 1e9)
+	}
+	for _, l := range locks {
+		if l.Valid() != nil {
+			h.lost++
+		}
+	}
+	return h
 }
 
 // sizeStep runs n callers for one step.
