@@ -77,7 +77,7 @@ func TestRunExcludes(t *testing.T) {
 // Without --wait the second run gives up at once with the conflict code, or the one asked for.
 func TestRunConflict(t *testing.T) {
 	r, env := redisEnv(t)
-	holder := startRun(t, env, "run", "busy", "--", "sleep", "30")
+	holder := startRun(t, env, "run", "busy", "--", "sleep", "600")
 	waitHeld(t, r, "busy")
 	if res := cli(t, 20*time.Second, env, "run", "busy", "--", "true"); res.code != exitConflict || !strings.Contains(res.stderr, "held elsewhere") {
 		t.Fatalf("conflict: code %d, stderr %q", res.code, res.stderr)
@@ -101,8 +101,8 @@ func TestRunConflict(t *testing.T) {
 func TestRunPermits(t *testing.T) {
 	r, env := redisEnv(t)
 	permits := func() int { return permitsHeld(t, r, "pool") }
-	first := startRun(t, env, "run", "-n", "2", "pool", "--", "sleep", "30")
-	second := startRun(t, env, "run", "-n", "2", "pool", "--", "sleep", "30")
+	first := startRun(t, env, "run", "-n", "2", "pool", "--", "sleep", "600")
+	second := startRun(t, env, "run", "-n", "2", "pool", "--", "sleep", "600")
 	waitFor(t, 20*time.Second, "two permits never held", func() bool { return permits() == 2 })
 	if held(t, r, "pool") {
 		t.Fatal("run -n took the lock of the same name")
@@ -226,7 +226,7 @@ func TestRunForwardsSignals(t *testing.T) {
 // A lock deleted from under a running command gets the command terminated and run exits 76.
 func TestRunLostLock(t *testing.T) {
 	r, env := redisEnv(t)
-	p := startRun(t, env, "run", "--ttl", "1s", "lost", "--", "sleep", "30")
+	p := startRun(t, env, "run", "--ttl", "1s", "lost", "--", "sleep", "600")
 	waitHeld(t, r, "lost")
 	rc := r.ClientT(t)
 	if err := rc.Del(context.Background(), redisbackend.New(rc).Key("lost")).Err(); err != nil {
@@ -247,7 +247,7 @@ func TestRunLostLock(t *testing.T) {
 
 func TestStatusListRelease(t *testing.T) {
 	r, env := redisEnv(t)
-	p := startRun(t, env, "run", "--ttl", "2s", "job:status", "--", "sleep", "30")
+	p := startRun(t, env, "run", "--ttl", "2s", "job:status", "--", "sleep", "600")
 	waitHeld(t, r, "job:status")
 
 	res := cli(t, 20*time.Second, env, "status", "--json", "job:status")
@@ -270,7 +270,7 @@ func TestStatusListRelease(t *testing.T) {
 		t.Fatalf("status table: %q, want the holder as words", res.stdout)
 	}
 	// A semaphore of the lock's name, unrelated to it, is listed after the locks.
-	sem := startRun(t, env, "run", "-n", "2", "job:status", "--", "sleep", "30")
+	sem := startRun(t, env, "run", "-n", "2", "job:status", "--", "sleep", "600")
 	waitFor(t, 20*time.Second, "the permit was never held", func() bool { return permitsHeld(t, r, "job:status") == 1 })
 	res = cli(t, 20*time.Second, env, "list", "--json", "job:")
 	// Read as the locks it listed before, the output still has the lock first, as it was; the
@@ -456,7 +456,7 @@ func TestRedlockURL(t *testing.T) {
 		t.Fatalf("run over redlock: %d %q", res.code, res.stderr)
 	}
 	// Redlock keeps no semaphores: list lists its locks, and says nothing of semaphores.
-	startRun(t, env, "run", "rl-held", "--", "sleep", "30")
+	startRun(t, env, "run", "rl-held", "--", "sleep", "600")
 	waitFor(t, 20*time.Second, "rl-held was never listed", func() bool {
 		return strings.Contains(cli(t, 30*time.Second, env, "list").stdout, "rl-held")
 	})

@@ -44,7 +44,7 @@ func TestRunBackendRefusesWrites(t *testing.T) {
 // never starts. The lock stays with its holder.
 func TestRunSignalEndsWait(t *testing.T) {
 	r, env := redisEnv(t)
-	holder := startRun(t, env, "run", "waited", "--", "sleep", "60")
+	holder := startRun(t, env, "run", "waited", "--", "sleep", "600")
 	waitHeld(t, r, "waited")
 	rc := r.ClientT(t)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT} {
