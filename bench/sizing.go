@@ -297,13 +297,22 @@ func holdStep(ctx context.Context, cfg *config, s *sizingSetup) *sizingHeld {
 	wg.Wait()
 	h.obtained = time.Since(start)
 	defer func() {
-		for _, l := range locks {
-			if l != nil {
-				rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_ = l.Release(rctx)
-				cancel()
-			}
+		// Given back as they were taken, by many callers: one at a time, 10,000 releases on a
+		// store that syncs each to disk would take minutes.
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range min(64, len(locks)) {
+			wg.Go(func() {
+				for i := int(next.Add(1)) - 1; i < len(locks); i = int(next.Add(1)) - 1 {
+					if locks[i] != nil {
+						rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						_ = locks[i].Release(rctx)
+						cancel()
+					}
+				}
+			})
 		}
+		wg.Wait()
 	}()
 	if h.err != nil {
 		return h
