@@ -90,8 +90,8 @@ const sizingZKSession = 10 * time.Second
 const sizingRTT = 500 * time.Microsecond
 
 func sizingTargets(redisAddr string, redisPID int) []*sizingTarget {
-	redisOne := func(addr string, pids []int, closeExtra func()) (*sizingSetup, error) {
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
+	// over is a Client over rdb; closing it closes rdb, then closeExtra (the servers, a proxy).
+	over := func(rdb redis.UniversalClient, pids []int, closeExtra func()) (*sizingSetup, error) {
 		b := redisbackend.New(rdb)
 		c := fencelock.New(b)
 		return &sizingSetup{c: c, pids: pids, close: func() {
@@ -106,7 +106,9 @@ func sizingTargets(redisAddr string, redisPID int) []*sizingTarget {
 	return []*sizingTarget{
 		{backend: "Redis", label: "1 node",
 			note: "redisbackend on one go-redis client (defaults) to one redis-server, persistence off",
-			open: func(context.Context, int) (*sizingSetup, error) { return redisOne(redisAddr, []int{redisPID}, nil) }},
+			open: func(context.Context, int) (*sizingSetup, error) {
+				return over(redis.NewClient(&redis.Options{Addr: redisAddr}), []int{redisPID}, nil)
+			}},
 		{backend: "Redis", label: "1 node, 0.5 ms RTT",
 			note: "as above, through a TCP proxy in this program that delays each direction by 0.25 ms, a LAN's round trip; the proxy's CPU is the client's",
 			open: func(context.Context, int) (*sizingSetup, error) {
@@ -115,10 +117,10 @@ func sizingTargets(redisAddr string, redisPID int) []*sizingTarget {
 					return nil, err
 				}
 				p.SetDelay(sizingRTT / 2)
-				return redisOne(p.Addr, []int{redisPID}, func() { _ = p.Close() })
+				return over(redis.NewClient(&redis.Options{Addr: p.Addr}), []int{redisPID}, func() { _ = p.Close() })
 			}},
 		{backend: "Redis", label: "Cluster, 3 masters",
-			note: "redisbackend on one go-redis ClusterClient (defaults) to a Redis Cluster of 3 masters, no replicas, on the same CPU as the single node; each caller's name falls in a slot of its own",
+			note: "redisbackend on one go-redis ClusterClient (defaults) to a Redis Cluster of 3 masters, no replicas, on the same CPU as the single node; the callers' names spread over the slots, so over the masters",
 			open: func(_ context.Context, pinTo int) (*sizingSetup, error) {
 				cl, err := testserver.NewCluster(3)
 				if err != nil {
@@ -134,15 +136,7 @@ func sizingTargets(redisAddr string, redisPID int) []*sizingTarget {
 						}
 					}
 				}
-				rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
-				b := redisbackend.New(rdb)
-				c := fencelock.New(b)
-				return &sizingSetup{c: c, pids: pids, close: func() {
-					_ = c.Close()
-					_ = b.Close()
-					_ = rdb.Close()
-					_ = cl.Close()
-				}}, nil
+				return over(redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs}), pids, func() { _ = cl.Close() })
 			}},
 		{backend: "etcd", label: "1 member",
 			note: "etcdbackend (defaults) on one clientv3 client to one etcd member in a process of its own, fsync on, its data on this machine's disk",
