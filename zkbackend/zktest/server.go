@@ -1,7 +1,7 @@
 // Package zktest runs a real standalone ZooKeeper server (from the Debian package zookeeper)
 // on a free loopback port, and a dialer that cuts a go-zookeeper client off from it: for the
 // ZooKeeper backend's tests and benchmarks, and for tests elsewhere (the safety suite) that
-// need a real server.
+// need a real server. NewEnsemble runs a quorum of servers, for benchmarks that size one.
 //
 // The server runs java in the foreground as a child of the test binary, with its own data
 // directory and generated zoo.cfg, and is killed when the test binary dies (Pdeathsig), so a
@@ -66,6 +66,10 @@ type Server struct {
 	// outFrom is the output's size when the server last started: what it wrote since begins
 	// there.
 	outFrom int64
+
+	// quorum, for a server of an Ensemble: its zoo.cfg's server.N lines and its own N.
+	quorum []string
+	myid   int
 }
 
 // Options configure a server.
@@ -136,6 +140,21 @@ func (s *Server) startOnFreePort() error {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
+	if err := s.configure(port); err != nil {
+		return err
+	}
+	if err := s.start(); err != nil {
+		return err
+	}
+	if err := s.waitReady(); err != nil {
+		_ = s.Kill()
+		return err
+	}
+	return nil
+}
+
+// configure writes the server's zoo.cfg for a client port (and its myid, in an Ensemble).
+func (s *Server) configure(port int) error {
 	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
 	forceSync := "no"
 	if s.opts.Fsync {
@@ -153,19 +172,20 @@ func (s *Server) startOnFreePort() error {
 		// Tests read the watch table (wchp) and readiness (srvr).
 		"4lw.commands.whitelist=*",
 		"forceSync=" + forceSync,
-		"",
 	}, "\n")
-	if err := os.WriteFile(s.cfgPath, []byte(cfg), 0o644); err != nil {
+	if len(s.quorum) > 0 {
+		cfg += "\ninitLimit=20\nsyncLimit=10\n" + strings.Join(s.quorum, "\n")
+		if err := os.MkdirAll(filepath.Join(s.dir, "data"), 0o755); err != nil {
+			return fmt.Errorf("zktest: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(s.dir, "data", "myid"), []byte(strconv.Itoa(s.myid)+"\n"), 0o644); err != nil {
+			return fmt.Errorf("zktest: %w", err)
+		}
+	}
+	if err := os.WriteFile(s.cfgPath, []byte(cfg+"\n"), 0o644); err != nil {
 		return fmt.Errorf("zktest: %w", err)
 	}
 	_ = os.Truncate(s.outPath, 0)
-	if err := s.start(); err != nil {
-		return err
-	}
-	if err := s.waitReady(); err != nil {
-		_ = s.Kill()
-		return err
-	}
 	return nil
 }
 
@@ -197,7 +217,7 @@ func (s *Server) start() error {
 		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 		"-Dzookeeper.log.dir="+s.dir,
 		"-cp", cp,
-		"org.apache.zookeeper.server.ZooKeeperServerMain", s.cfgPath)...)
+		s.mainClass(), s.cfgPath)...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -218,6 +238,14 @@ func (s *Server) start() error {
 	s.cmd, s.done, s.paused = cmd, done, false
 	s.mu.Unlock()
 	return nil
+}
+
+// mainClass is the server's Java entry point: a quorum peer in an Ensemble, else standalone.
+func (s *Server) mainClass() string {
+	if len(s.quorum) > 0 {
+		return "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+	}
+	return "org.apache.zookeeper.server.ZooKeeperServerMain"
 }
 
 // waitReady polls the srvr command until the server says it serves.

@@ -86,3 +86,45 @@ func TestOptions(t *testing.T) {
 		t.Errorf("zoo.cfg without Fsync: %v\n%s", err, cfg)
 	}
 }
+
+// An ensemble of 3 serves as one quorum: one leader, two followers; with its leader killed,
+// the other two elect one of themselves.
+func TestEnsemble(t *testing.T) {
+	e, err := NewEnsemble(3, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	modes := func(servers []*Server) (leaders, followers []*Server) {
+		for _, s := range servers {
+			out, _ := s.FourLetter("srvr")
+			switch {
+			case strings.Contains(out, "Mode: leader"):
+				leaders = append(leaders, s)
+			case strings.Contains(out, "Mode: follower"):
+				followers = append(followers, s)
+			}
+		}
+		return leaders, followers
+	}
+	leaders, followers := modes(e.Servers)
+	if len(leaders) != 1 || len(followers) != 2 {
+		t.Fatalf("%d leaders and %d followers, want 1 and 2", len(leaders), len(followers))
+	}
+	if err := leaders[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if l, f := modes(followers); len(l) == 1 && len(f) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the two servers left elected no leader within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := NewEnsemble(2, Options{}); err == nil {
+		t.Error("an ensemble of 2 was started")
+	}
+}
