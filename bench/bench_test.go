@@ -76,8 +76,8 @@ func TestTinyRun(t *testing.T) {
 	// was written beside the docs.
 	sizing := report[strings.Index(report, "## 10. Sizing"):]
 	steps := regexp.MustCompile(`(?m)^\| (Redis|etcd|ZooKeeper) \| ([^|]+) \| (\d+) \| ([\d.]+) \|.* \| (\S+) \|$`).FindAllStringSubmatch(sizing, -1)
-	if len(steps) != 6*2 {
-		t.Errorf("%d sizing rows, want 12 (6 deployments, 2 steps each):\n%s", len(steps), sizing)
+	if len(steps) != 7*2 {
+		t.Errorf("%d sizing rows, want 14 (7 deployments, 2 steps each):\n%s", len(steps), sizing)
 	}
 	for _, s := range steps {
 		if s[4] == "0" || s[5] != "0" {
@@ -85,8 +85,8 @@ func TestTinyRun(t *testing.T) {
 		}
 	}
 	holds := regexp.MustCompile(`(?m)^\| (Redis|etcd|ZooKeeper) \| ([^|]+) \| (\d+) in [^|]+ \| [\d.]+ ms/s \| [^|]+ \| (?:\d+ B|–) \| (\d+) \|$`).FindAllStringSubmatch(sizing, -1)
-	if len(holds) != 6 {
-		t.Errorf("%d rows of held locks, want 6:\n%s", len(holds), sizing)
+	if len(holds) != 7 {
+		t.Errorf("%d rows of held locks, want 7:\n%s", len(holds), sizing)
 	}
 	for _, h := range holds {
 		if h[4] != "0" {

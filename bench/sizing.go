@@ -153,32 +153,20 @@ func sizingTargets(redisAddr string, redisPID int) []*sizingTarget {
 		{backend: "ZooKeeper", label: "1 server",
 			note: "zkbackend (defaults) on one go-zookeeper session to one ZooKeeper server (Debian's), fsync on (forceSync=yes, its default)",
 			open: func(_ context.Context, pinTo int) (*sizingSetup, error) {
-				opts := zktest.Options{Fsync: true}
-				if pinTo >= 0 {
-					opts.CPU = strconv.Itoa(pinTo)
-				}
-				s, err := zktest.New(opts)
+				s, err := zktest.New(zkOptions(pinTo))
 				if err != nil {
 					return nil, err
 				}
-				conn, events, err := zk.Connect([]string{s.Addr}, sizingZKSession, zk.WithLogger(zkQuiet{}), zk.WithDialer(net.DialTimeout))
+				return openZK([]string{s.Addr}, []int{s.PID()}, func() { _ = s.Close() })
+			}},
+		{backend: "ZooKeeper", label: "3 servers",
+			note: "as above, to an ensemble of 3 servers, each a process of its own, one session to all 3",
+			open: func(_ context.Context, pinTo int) (*sizingSetup, error) {
+				e, err := zktest.NewEnsemble(3, zkOptions(pinTo))
 				if err != nil {
-					_ = s.Close()
 					return nil, err
 				}
-				if err := awaitSession(events, sizingZKSession); err != nil {
-					conn.Close()
-					_ = s.Close()
-					return nil, err
-				}
-				b := zkbackend.New(conn, zkbackend.WithSessionTimeout(sizingZKSession))
-				c := fencelock.New(b)
-				return &sizingSetup{c: c, pids: []int{s.PID()}, close: func() {
-					_ = c.Close()
-					_ = b.Close()
-					conn.Close()
-					_ = s.Close()
-				}}, nil
+				return openZK(e.Addrs, e.PIDs(), func() { _ = e.Close() })
 			}},
 	}
 }
@@ -204,6 +192,38 @@ func openEtcd(opts etcdtest.Options) (*sizingSetup, error) {
 		_ = b.Close()
 		_ = cli.Close()
 		cl.Close()
+	}}, nil
+}
+
+// zkOptions are the ZooKeeper servers' options: fsync on, pinned to pinTo unless it is -1.
+func zkOptions(pinTo int) zktest.Options {
+	opts := zktest.Options{Fsync: true}
+	if pinTo >= 0 {
+		opts.CPU = strconv.Itoa(pinTo)
+	}
+	return opts
+}
+
+// openZK is a Client over one session to the servers at addrs; closing it closes the session,
+// then stop (the servers).
+func openZK(addrs []string, pids []int, stop func()) (*sizingSetup, error) {
+	conn, events, err := zk.Connect(addrs, sizingZKSession, zk.WithLogger(zkQuiet{}), zk.WithDialer(net.DialTimeout))
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	if err := awaitSession(events, sizingZKSession); err != nil {
+		conn.Close()
+		stop()
+		return nil, err
+	}
+	b := zkbackend.New(conn, zkbackend.WithSessionTimeout(sizingZKSession))
+	c := fencelock.New(b)
+	return &sizingSetup{c: c, pids: pids, close: func() {
+		_ = c.Close()
+		_ = b.Close()
+		conn.Close()
+		stop()
 	}}, nil
 }
 
