@@ -26,7 +26,7 @@ type Cluster struct {
 	Members   []*Member // none for a Process cluster
 	Endpoints []string
 	dir       string
-	proc      *process // the child that serves a Process cluster
+	procs     []*process // the children that serve a Process cluster, one a member
 }
 
 // Member is one etcd member.
@@ -48,9 +48,9 @@ type Options struct {
 	// NoFsync turns fsync off (etcd's --unsafe-no-fsync), for benchmarks that want to show what
 	// the disk costs.
 	NoFsync bool
-	// Process runs the cluster's one member in a child process, as a deployed etcd runs apart
+	// Process runs each member in a child process of its own, as a deployed etcd runs apart
 	// from its clients, so that a benchmark's figures (its allocations, its CPU) are the
-	// client's alone. The test binary's TestMain must call ServeIfAsked first. The member
+	// client's alone. The test binary's TestMain must call ServeIfAsked first. The members
 	// cannot be killed or restarted: the cluster has no Members.
 	Process bool
 	// CPU, for a Process cluster, pins every thread of the child to these CPUs (taskset's
@@ -72,9 +72,6 @@ func Start(t testing.TB, opts Options) *Cluster {
 // New starts a cluster; the caller must Close it.
 func New(opts Options) (*Cluster, error) {
 	n := max(opts.Members, 1)
-	if opts.Process && n > 1 {
-		return nil, errors.New("etcdtest: a Process cluster has one member")
-	}
 	dir, err := os.MkdirTemp("", "fencelock-etcd-")
 	if err != nil {
 		return nil, err
@@ -83,7 +80,7 @@ func New(opts Options) (*Cluster, error) {
 	for try := 1; ; try++ {
 		sub := fmt.Sprintf("%s/try%d", dir, try) // a failed try may leave data behind
 		if opts.Process {
-			err = startProcess(c, sub, opts)
+			err = startProcesses(c, sub, n, opts)
 		} else {
 			c.Members, err = startMembers(sub, n, opts.NoFsync)
 		}
@@ -296,8 +293,8 @@ func (m *Member) stop() {
 
 // Close stops every member and removes the data.
 func (c *Cluster) Close() {
-	if c.proc != nil {
-		c.proc.stop()
+	for _, p := range c.procs {
+		p.stop()
 	}
 	for _, m := range c.Members {
 		if m != nil {
@@ -310,11 +307,12 @@ func (c *Cluster) Close() {
 // pickURL finds the URL a member listens on; a test replaces it.
 var pickURL = freeURL
 
-// PID returns the process ID of a Process cluster's child, which serves its one member; 0 for
-// a cluster whose members run in this process.
-func (c *Cluster) PID() int {
-	if c.proc == nil || c.proc.cmd.Process == nil {
-		return 0
+// PIDs returns the process IDs of a Process cluster's children, each serving one member; none
+// for a cluster whose members run in this process.
+func (c *Cluster) PIDs() []int {
+	var out []int
+	for _, p := range c.procs {
+		out = append(out, p.cmd.Process.Pid)
 	}
-	return c.proc.cmd.Process.Pid
+	return out
 }

@@ -23,8 +23,9 @@ import (
 const childEnv = "FENCELOCK_ETCDTEST_MEMBER"
 
 type childMember struct {
-	Dir, Client, Peer string
-	NoFsync           bool
+	Name, Dir, Client, Peer string
+	Initial                 string // the cluster's members, as embed.Config.InitialCluster
+	NoFsync                 bool
 }
 
 // ServeIfAsked runs an etcd member and exits, when this process is the child that a Process
@@ -62,7 +63,7 @@ func serve(spec string) error {
 	if err != nil {
 		return err
 	}
-	cfg := memberConfig("m0", m.Dir, cu, pu, "m0="+pu.String(), m.NoFsync)
+	cfg := memberConfig(m.Name, m.Dir, cu, pu, m.Initial, m.NoFsync)
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return err
@@ -88,36 +89,87 @@ type process struct {
 	stdin io.WriteCloser
 }
 
-// startProcess starts a one-member cluster in a child process: this test binary run again,
-// whose TestMain hands it to ServeIfAsked.
-func startProcess(c *Cluster, dir string, opts Options) error {
-	cu, err := pickURL()
-	if err != nil {
-		return err
+// startProcesses starts a cluster of n members, each in a child process: this test binary run
+// again, whose TestMain hands it to ServeIfAsked. The members of a new cluster wait for each
+// other, so all start before any is waited for.
+func startProcesses(c *Cluster, dir string, n int, opts Options) (err error) {
+	defer func() {
+		if err != nil { // a try that failed leaves no child behind for the next
+			for _, p := range c.procs {
+				p.stop()
+			}
+			c.procs, c.Endpoints = nil, nil
+		}
+	}()
+	var members []childMember
+	var initial []string
+	for i := range n {
+		cu, err := pickURL()
+		if err != nil {
+			return err
+		}
+		pu, err := pickURL()
+		if err != nil {
+			return err
+		}
+		name := fmt.Sprintf("m%d", i)
+		members = append(members, childMember{Name: name, Dir: dir + "/" + name, Client: cu.String(), Peer: pu.String(), NoFsync: opts.NoFsync})
+		initial = append(initial, name+"="+pu.String())
 	}
-	pu, err := pickURL()
-	if err != nil {
-		return err
+	var readies []chan error
+	for _, m := range members {
+		m.Initial = strings.Join(initial, ",")
+		p, ready, err := startChild(m)
+		if err != nil {
+			return err
+		}
+		c.procs = append(c.procs, p)
+		readies = append(readies, ready)
 	}
-	spec, err := json.Marshal(childMember{Dir: dir + "/m0", Client: cu.String(), Peer: pu.String(), NoFsync: opts.NoFsync})
+	timeout := time.After(40 * time.Second)
+	for _, ready := range readies {
+		select {
+		case err := <-ready:
+			if err != nil {
+				return err
+			}
+		case <-timeout:
+			return errors.New("the etcd children are not ready after 40s")
+		}
+	}
+	for _, p := range c.procs {
+		if opts.CPU != "" {
+			if out, err := exec.Command("taskset", "-a", "-p", "-c", opts.CPU, strconv.Itoa(p.cmd.Process.Pid)).CombinedOutput(); err != nil {
+				return fmt.Errorf("pinning the etcd child to CPU %s: %v: %s", opts.CPU, err, out)
+			}
+		}
+	}
+	for _, m := range members {
+		c.Endpoints = append(c.Endpoints, m.Client)
+	}
+	return nil
+}
+
+// startChild starts the child that serves m; ready says when it serves, or why it will not.
+func startChild(m childMember) (*process, chan error, error) {
+	spec, err := json.Marshal(m)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the etcd child: %w", err)
+		return nil, nil, fmt.Errorf("starting the etcd child: %w", err)
 	}
-	p := &process{cmd: cmd, stdin: stdin}
 	ready := make(chan error, 1)
 	go func() {
 		line, err := bufio.NewReader(stdout).ReadString('\n')
@@ -132,23 +184,7 @@ func startProcess(c *Cluster, dir string, opts Options) error {
 		ready <- err
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
-	select {
-	case err = <-ready:
-	case <-time.After(40 * time.Second):
-		err = errors.New("the etcd child is not ready after 40s")
-	}
-	if err != nil {
-		p.stop()
-		return err
-	}
-	if opts.CPU != "" {
-		if out, err := exec.Command("taskset", "-a", "-p", "-c", opts.CPU, strconv.Itoa(cmd.Process.Pid)).CombinedOutput(); err != nil {
-			p.stop()
-			return fmt.Errorf("pinning the etcd child to CPU %s: %v: %s", opts.CPU, err, out)
-		}
-	}
-	c.proc, c.Endpoints = p, []string{cu.String()}
-	return nil
+	return &process{cmd: cmd, stdin: stdin}, ready, nil
 }
 
 // stop ends the child: its standard input closes, and it is killed if it has not exited 10s

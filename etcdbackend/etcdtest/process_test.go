@@ -29,7 +29,7 @@ func TestProcessCluster(t *testing.T) {
 			c.Close()
 		}
 	}()
-	if len(c.Members) != 0 || len(c.Endpoints) != 1 || c.proc == nil || c.proc.cmd.Process.Pid == os.Getpid() {
+	if len(c.Members) != 0 || len(c.Endpoints) != 1 || len(c.procs) != 1 || c.procs[0].cmd.Process.Pid == os.Getpid() {
 		t.Fatalf("a Process cluster: %d members, endpoints %v", len(c.Members), c.Endpoints)
 	}
 	cli := c.Client(t)
@@ -41,8 +41,8 @@ func TestProcessCluster(t *testing.T) {
 	}
 	c.Close()
 	closed = true
-	if c.proc.cmd.ProcessState == nil || !c.proc.cmd.ProcessState.Exited() {
-		t.Fatalf("the child after Close: %v", c.proc.cmd.ProcessState)
+	if c.procs[0].cmd.ProcessState == nil || !c.procs[0].cmd.ProcessState.Exited() {
+		t.Fatalf("the child after Close: %v", c.procs[0].cmd.ProcessState)
 	}
 	u, err := url.Parse(c.Endpoints[0])
 	if err != nil {
@@ -54,10 +54,32 @@ func TestProcessCluster(t *testing.T) {
 	}
 }
 
-// A Process cluster has one member.
+// A Process cluster of 3 serves from 3 children, one member each, as one cluster: a write
+// through one member is read through another; Close ends them all.
 func TestProcessClusterOfThree(t *testing.T) {
-	if c, err := New(Options{Process: true, Members: 3}); err == nil {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := New(Options{Process: true, Members: 3, NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := c.PIDs()
+	if len(c.Endpoints) != 3 || len(pids) != 3 || pids[0] == pids[1] || pids[1] == pids[2] || pids[0] == os.Getpid() {
 		c.Close()
-		t.Fatal("a Process cluster of 3 members started")
+		t.Fatalf("a Process cluster of 3: endpoints %v, children %v", c.Endpoints, pids)
+	}
+	if _, err := c.ClientOf(t, c.Endpoints[0]).Put(ctx, "k", "v"); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	resp, err := c.ClientOf(t, c.Endpoints[2]).Get(ctx, "k")
+	c.Close()
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v" {
+		t.Fatalf("reading through the third member what the first wrote: %v, %v", resp, err)
+	}
+	for _, p := range c.procs {
+		if p.cmd.ProcessState == nil || !p.cmd.ProcessState.Exited() {
+			t.Fatalf("a child after Close: %v", p.cmd.ProcessState)
+		}
 	}
 }
