@@ -140,16 +140,10 @@ func sizingTargets(redisAddr string, redisPID int) []*sizingTarget {
 			}},
 		{backend: "etcd", label: "1 member",
 			note: "etcdbackend (defaults) on one clientv3 client to one etcd member in a process of its own, fsync on, its data on this machine's disk",
-			open: func(ctx context.Context, pinTo int) (*sizingSetup, error) {
-				opts := etcdtest.Options{Process: true}
-				if pinTo >= 0 {
-					opts.CPU = strconv.Itoa(pinTo)
-				}
-				return openEtcd(opts)
-			}},
+			open: func(_ context.Context, pinTo int) (*sizingSetup, error) { return openEtcd(1, pinTo) }},
 		{backend: "etcd", label: "3 members",
-			note: "etcdbackend (defaults) on one clientv3 client of all 3 members, fsync on; the members run in this program (etcd's embed), so their CPU is not told apart from the client's",
-			open: func(context.Context, int) (*sizingSetup, error) { return openEtcd(etcdtest.Options{Members: 3}) }},
+			note: "as above, to a cluster of 3 members, each a process of its own, one client of all 3",
+			open: func(_ context.Context, pinTo int) (*sizingSetup, error) { return openEtcd(3, pinTo) }},
 		{backend: "ZooKeeper", label: "1 server",
 			note: "zkbackend (defaults) on one go-zookeeper session to one ZooKeeper server (Debian's), fsync on (forceSync=yes, its default)",
 			open: func(_ context.Context, pinTo int) (*sizingSetup, error) {
@@ -171,7 +165,13 @@ func sizingTargets(redisAddr string, redisPID int) []*sizingTarget {
 	}
 }
 
-func openEtcd(opts etcdtest.Options) (*sizingSetup, error) {
+// openEtcd starts a cluster of members, each in a process of its own (pinned to pinTo unless it
+// is -1), fsync on, and makes a Client over one client of them all.
+func openEtcd(members, pinTo int) (*sizingSetup, error) {
+	opts := etcdtest.Options{Process: true, Members: members}
+	if pinTo >= 0 {
+		opts.CPU = strconv.Itoa(pinTo)
+	}
 	cl, err := etcdtest.New(opts)
 	if err != nil {
 		return nil, err
@@ -183,11 +183,7 @@ func openEtcd(opts etcdtest.Options) (*sizingSetup, error) {
 	}
 	b := etcdbackend.New(cli)
 	c := fencelock.New(b)
-	var pids []int
-	if pid := cl.PID(); pid != 0 {
-		pids = []int{pid}
-	}
-	return &sizingSetup{c: c, pids: pids, close: func() {
+	return &sizingSetup{c: c, pids: cl.PIDs(), close: func() {
 		_ = c.Close()
 		_ = b.Close()
 		_ = cli.Close()

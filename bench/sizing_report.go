@@ -53,7 +53,7 @@ func (r *report) sizingSection(sb *strings.Builder) {
 		"second of holding and per 10,000 locks, and the client's Go heap per held lock. Etcd's and\n"+
 		"ZooKeeper's locks live on their session, but the watchdog still checks each one at its\n"+
 		"renewal (etcd: a read of its key, batched in transactions; ZooKeeper: its node's state).\n"+
-		"The heap is this whole process's (for etcd's 3 members, theirs too); \"–\" where it shrank.\n\n",
+		"The heap is this whole process's; \"–\" where it shrank.\n\n",
 		r.cfg.watchdogLocks, sizingHoldTTL, sizingHoldTTL/3, r.cfg.watchdogIntervals)
 	var held [][]string
 	for _, row := range r.sizing {
