@@ -55,7 +55,9 @@ type watched struct {
 }
 
 func (lw *lossWatch) watch(b *Backend, l driver.Lease, lost func(error)) func() {
-	w := &watched{key: b.Key(l.Name), name: l.Name, owner: l.Owner, token: l.Token, lost: lost, plain: true}
+	// First read as the Backend writes a lock: a re-entered one, or one with metadata or a line,
+	// is a hash, and the first read switches.
+	w := &watched{key: b.Key(l.Name), name: l.Name, owner: l.Owner, token: l.Token, lost: lost, plain: b.form == ""}
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	if !lw.off {
