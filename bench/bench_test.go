@@ -52,7 +52,11 @@ func TestTinyRun(t *testing.T) {
 	}
 	// Contention table: the last column counts overlaps, two workers inside the critical
 	// section at once. Any would mean a lock was broken or the harness miscounts.
-	section := report[strings.Index(report, "## 3. Contention"):strings.Index(report, "## 4. Handoff")]
+	from, to := strings.Index(report, "## 3. Contention"), strings.Index(report, "## 4. Handoff")
+	if from < 0 || to < from {
+		t.Fatalf("no contention section before the handoff section:\n%s", report)
+	}
+	section := report[from:to]
 	rows := regexp.MustCompile(`(?m)^\| (.+) \| (\d+) \|$`).FindAllStringSubmatch(section, -1)
 	if len(rows) == 0 {
 		t.Fatalf("no contention rows found:\n%s", section)
@@ -74,7 +78,11 @@ func TestTinyRun(t *testing.T) {
 	}
 	// Sizing: every deployment ran every step without a failure, and each backend's chart
 	// was written beside the docs.
-	sizing := report[strings.Index(report, "## 10. Sizing"):]
+	at := strings.Index(report, "## 10. Sizing")
+	if at < 0 {
+		t.Fatalf("no sizing section:\n%s", report)
+	}
+	sizing := report[at:]
 	steps := regexp.MustCompile(`(?m)^\| (Redis|etcd|ZooKeeper) \| ([^|]+) \| (\d+) \| ([\d.]+) \|.* \| (\S+) \|$`).FindAllStringSubmatch(sizing, -1)
 	if len(steps) != 7*2 {
 		t.Errorf("%d sizing rows, want 14 (7 deployments, 2 steps each):\n%s", len(steps), sizing)

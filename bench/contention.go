@@ -47,7 +47,7 @@ func runContention(ctx context.Context, cfg *config, es []*Entry, addrs []string
 			workers[i] = append(workers[i], c)
 		}
 		for w, c := range workers[i] {
-			if err := cycle(ctx, c, fmt.Sprintf("ct:warm:%d:%d", i, w)); err != nil {
+			if err := warmCycle(ctx, c, fmt.Sprintf("ct:warm:%d:%d", i, w)); err != nil {
 				return nil, fmt.Errorf("%s: warm-up: %w", e.Label(), err)
 			}
 		}

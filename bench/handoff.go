@@ -42,7 +42,7 @@ func runHandoff(ctx context.Context, cfg *config, es []*Entry, addrs []string) (
 	for i := range es {
 		rows[i].entry = es[i]
 		for k, c := range []Contender{holders[i], waiters[i]} {
-			if err := cycle(ctx, c, fmt.Sprintf("ho:warm:%d:%d", i, k)); err != nil {
+			if err := warmCycle(ctx, c, fmt.Sprintf("ho:warm:%d:%d", i, k)); err != nil {
 				return nil, fmt.Errorf("%s: warm-up: %w", es[i].Label(), err)
 			}
 		}

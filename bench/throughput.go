@@ -36,7 +36,7 @@ func runThroughput(ctx context.Context, cfg *config, es []*Entry, srv *server) (
 	for i := range es {
 		rows[i].entry = es[i]
 		for k := range cfg.warmup {
-			if err := cycle(ctx, cs[i], fmt.Sprintf("tp:warm:%d:%d", i, k)); err != nil {
+			if err := warmCycle(ctx, cs[i], fmt.Sprintf("tp:warm:%d:%d", i, k)); err != nil {
 				return nil, fmt.Errorf("%s: warm-up: %w", es[i].Label(), err)
 			}
 		}
