@@ -114,12 +114,14 @@ type Call struct {
 // Script is a Lua script and its SHA1, made once.
 type Script struct {
 	src, hash string
+	hashArg   any // hash, boxed once for go-redis's argument lists (see evalSha)
 }
 
 // NewScript returns the script with source src.
 func NewScript(src string) *Script {
 	h := sha1.Sum([]byte(src))
-	return &Script{src: src, hash: hex.EncodeToString(h[:])}
+	hash := hex.EncodeToString(h[:])
+	return &Script{src: src, hash: hash, hashArg: hash}
 }
 
 // Source returns the script's source.

@@ -84,11 +84,37 @@ type goRedis struct {
 type goRedisScripter struct{ c redis.Scripter }
 
 func (g goRedisScripter) Eval(ctx context.Context, s *Script, keys []string, args ...any) (any, error) {
-	cmd := g.c.EvalSha(ctx, s.hash, keys, args...)
+	cmd := evalSha(ctx, g.c, s, keys, args)
 	if noScript(cmd.Err()) {
 		cmd = g.c.Eval(ctx, s.src, keys, args...)
 	}
 	return goRedisReply(cmd)
+}
+
+// processor is what every go-redis client and pipeline has beside redis.Scripter: running a
+// command it is given, through its hooks and, on a Cluster, on the node of its first key.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// evalSha is c.EvalSha with the script's hash boxed once, not at every call as go-redis's
+// EvalSha boxes it: one allocation fewer a script, on the lock's hot path.
+func evalSha(ctx context.Context, c redis.Scripter, s *Script, keys []string, args []any) *redis.Cmd {
+	p, ok := c.(processor)
+	if !ok {
+		return c.EvalSha(ctx, s.hash, keys, args...)
+	}
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, "evalsha", s.hashArg, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmd := redis.NewCmd(ctx, append(cmdArgs, args...)...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	_ = p.Process(ctx, cmd)
+	return cmd
 }
 
 // noScript reports whether err is the server's NOSCRIPT. redis.HasErrorPrefix allocates even
@@ -123,7 +149,7 @@ func (g *goRedis) EvalBatch(ctx context.Context, calls []Call) {
 	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = g.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, c := range calls {
-			cmds[k] = p.EvalSha(ctx, c.Script.hash, c.Keys, c.Args...)
+			cmds[k] = evalSha(ctx, p, c.Script, c.Keys, c.Args)
 		}
 		return nil
 	})
