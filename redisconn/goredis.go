@@ -98,10 +98,21 @@ type processor interface {
 }
 
 // evalSha is c.EvalSha with the script's hash boxed once, not at every call as go-redis's
-// EvalSha boxes it: one allocation fewer a script, on the lock's hot path.
+// EvalSha boxes it: one allocation fewer a script, on the lock's hot path. Only go-redis's own
+// clients and pipelines take that way: a type of the caller's that has the methods of one (a
+// wrapper that embeds a client and adds to its EvalSha) is called through its EvalSha.
 func evalSha(ctx context.Context, c redis.Scripter, s *Script, keys []string, args []any) *redis.Cmd {
-	p, ok := c.(processor)
-	if !ok {
+	var p processor
+	switch c := c.(type) {
+	case *redis.Client:
+		p = c
+	case *redis.ClusterClient:
+		p = c
+	case *redis.Ring:
+		p = c
+	case *redis.Pipeline:
+		p = c
+	default:
 		return c.EvalSha(ctx, s.hash, keys, args...)
 	}
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
