@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/testserver"
 )
 
 // A paused and resumed server stops promptly, and restarts on its port.
@@ -114,16 +116,10 @@ func TestEnsemble(t *testing.T) {
 	if err := leaders[0].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if l, f := modes(followers); len(l) == 1 && len(f) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the two servers left elected no leader within 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testserver.WaitFor(t, 30*time.Second, "a leader among the two servers left", func() bool {
+		l, f := modes(followers)
+		return len(l) == 1 && len(f) == 1
+	})
 	if _, err := NewEnsemble(2, Options{}); err == nil {
 		t.Error("an ensemble of 2 was started")
 	}
