@@ -287,42 +287,30 @@ func holdStep(ctx context.Context, cfg *config, s *sizingSetup) *sizingHeld {
 	runtime.ReadMemStats(&m0)
 	locks := make([]*fencelock.Lock, cfg.watchdogLocks)
 	start := time.Now()
-	var next atomic.Int64
 	var errOnce sync.Once
-	var wg sync.WaitGroup
-	for range min(64, cfg.watchdogLocks) {
-		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < len(locks); i = int(next.Add(1)) - 1 {
-				octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				l, err := s.c.TryObtain(octx, "held:"+strconv.Itoa(i), fencelock.WithTTL(sizingHoldTTL))
-				cancel()
-				if err != nil {
-					errOnce.Do(func() { h.err = err })
-					return
-				}
-				locks[i] = l
-			}
-		})
-	}
-	wg.Wait()
+	inParallel(len(locks), func(i int) bool {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		l, err := s.c.TryObtain(octx, "held:"+strconv.Itoa(i), fencelock.WithTTL(sizingHoldTTL))
+		cancel()
+		if err != nil {
+			errOnce.Do(func() { h.err = err })
+			return false
+		}
+		locks[i] = l
+		return true
+	})
 	h.obtained = time.Since(start)
 	defer func() {
 		// Given back as they were taken, by many callers: one at a time, 10,000 releases on a
 		// store that syncs each to disk would take minutes.
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range min(64, len(locks)) {
-			wg.Go(func() {
-				for i := int(next.Add(1)) - 1; i < len(locks); i = int(next.Add(1)) - 1 {
-					if locks[i] != nil {
-						rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-						_ = locks[i].Release(rctx)
-						cancel()
-					}
-				}
-			})
-		}
-		wg.Wait()
+		inParallel(len(locks), func(i int) bool {
+			if locks[i] != nil {
+				rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = locks[i].Release(rctx)
+				cancel()
+			}
+			return true
+		})
 	}()
 	if h.err != nil {
 		return h
@@ -402,6 +390,20 @@ func sizeStep(ctx context.Context, cfg *config, s *sizingSetup, n int) sizingPoi
 		p.serverCPU = time.Duration((server - server0) / float64(p.cycles) * 1e9)
 	}
 	return p
+}
+
+// inParallel calls f for the indices below n, from 64 goroutines at most, each taking the
+// next index until none is left or its f returns false, and returns when all have stopped.
+func inParallel(n int, f func(i int) bool) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(64, n) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n && f(i); i = int(next.Add(1)) - 1 {
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // sizingCycle is one TryObtain and Release of name, each bounded.
