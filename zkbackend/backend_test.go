@@ -3,6 +3,7 @@ package zkbackend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testserver"
 	"github.com/fencelock/fencelock/zkbackend"
 	"github.com/fencelock/fencelock/zkbackend/zktest"
 )
@@ -226,5 +228,32 @@ func TestRenew(t *testing.T) {
 	dropHolder(t, admin, b.Path(name))
 	if r := b.Renew(ctx, []driver.Lease{lease}); !errors.Is(r[0].Err, fencelock.ErrNotHeld) {
 		t.Fatalf("renewal of a dropped lock: %+v", r[0])
+	}
+}
+
+// Renew checks many leases at once, not one round trip after another: a Client's watchdog
+// renews every lock it holds in one call, bounded by its deadline, and a lock whose check the
+// deadline cut off is a lock the Client stops trusting. 200 leases behind 50 ms of round trip
+// take 10 s one at a time; the call here has 3 s.
+func TestRenewChecksLeasesAtOnce(t *testing.T) {
+	proxy := testserver.StartProxy(t, server.Addr)
+	conn := dial(t, proxy.Addr, nil)
+	b := newBackend(conn)
+	ctx := ctxTimeout(t, 60*time.Second)
+	name := lockName(t)
+	leases := make([]driver.Lease, 200)
+	for i := range leases {
+		leases[i] = driver.Lease{Name: fmt.Sprintf("%s-%d", name, i), Owner: "owner", TTL: sessionTimeout}
+		if _, err := b.Acquire(ctx, driver.Request{Name: leases[i].Name, Owner: "owner", TTL: sessionTimeout}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy.SetDelay(25 * time.Millisecond)
+	renewCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	for i, r := range b.Renew(renewCtx, leases) {
+		if r.Err != nil || r.Validity != sessionTimeout {
+			t.Fatalf("lease %d of %d: %+v", i, len(leases), r)
+		}
 	}
 }

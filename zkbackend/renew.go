@@ -3,6 +3,7 @@ package zkbackend
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -16,16 +17,63 @@ import (
 // there (witness), and vouches for the lock for one session timeout from the start of the
 // call: the server cannot expire the session sooner after hearing from it. Each connection is
 // synced with the leader once per call.
+//
+// The leases are checked at once, up to renewAtOnce of them, their requests pipelined on the
+// connection: a Client's watchdog renews every lock it holds in one call under one deadline,
+// and one round trip after another carried only as many locks as round trips fit in it.
 func (b *Backend) Renew(ctx context.Context, leases []driver.Lease) []driver.Renewal {
 	out := make([]driver.Renewal, len(leases))
-	synced := make(map[*zk.Conn]time.Time)
-	for i, l := range leases {
-		out[i].Validity, out[i].Err = b.renew(ctx, l, synced)
+	synced := new(syncs)
+	if len(leases) == 1 {
+		out[0].Validity, out[0].Err = b.renew(ctx, leases[0], synced)
+		return out
 	}
+	slots := make(chan struct{}, renewAtOnce)
+	var wg sync.WaitGroup
+	for i, l := range leases {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			out[i].Validity, out[i].Err = b.renew(ctx, l, synced)
+		})
+	}
+	wg.Wait()
 	return out
 }
 
-func (b *Backend) renew(ctx context.Context, l driver.Lease, synced map[*zk.Conn]time.Time) (time.Duration, error) {
+// renewAtOnce bounds the leases one Renew checks at once: enough to fill a round trip of a
+// LAN with requests, few enough that ten thousand locks do not make ten thousand goroutines.
+const renewAtOnce = 256
+
+// syncs is, per connection, the one sync of a Renew call: the first lease on a connection
+// makes it, the others wait for it, and the send of that sync is their confirmation's.
+type syncs struct {
+	mu     sync.Mutex
+	byConn map[*zk.Conn]*connSync
+}
+
+type connSync struct {
+	done chan struct{} // closed once the sync has its answer, or its caller stopped waiting
+	sent time.Time
+	err  error
+}
+
+// of returns conn's sync, and whether the caller is the first to ask, who makes it.
+func (s *syncs) of(conn *zk.Conn) (*connSync, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.byConn[conn]; ok {
+		return c, false
+	}
+	if s.byConn == nil {
+		s.byConn = make(map[*zk.Conn]*connSync)
+	}
+	c := &connSync{done: make(chan struct{})}
+	s.byConn[conn] = c
+	return c, true
+}
+
+func (b *Backend) renew(ctx context.Context, l driver.Lease, synced *syncs) (time.Duration, error) {
 	if err := b.usable(ctx, l.Name); err != nil {
 		return 0, err
 	}

@@ -123,14 +123,14 @@ func (b *Backend) vouchable(id int64) bool {
 
 // witness confirms, through the connection of the session that owns the lock node h, that
 // the node exists and the session lives, and returns the send of that confirmation and how
-// long after it the server keeps the session. synced holds, per connection synced already in
-// the same call, the send of that sync, which is then the confirmation's.
+// long after it the server keeps the session. synced, when not nil, holds the one sync per
+// connection of a Renew call, whose send is then the confirmation's.
 //
 // It syncs the connection's server with the leader before it reads: a follower cut off from
 // the leader goes on answering reads from its own copy until it gives the leader up
 // (syncLimit ticks), while the leader may have expired the session meanwhile; a sync it
 // cannot pass on fails instead.
-func (b *Backend) witness(ctx context.Context, h holding, synced map[*zk.Conn]time.Time) (time.Time, time.Duration, error) {
+func (b *Backend) witness(ctx context.Context, h holding, synced *syncs) (time.Time, time.Duration, error) {
 	conn, keep, live := b.sessionOf(h.session)
 	switch live {
 	case endedSession:
@@ -141,19 +141,11 @@ func (b *Backend) witness(ctx context.Context, h holding, synced map[*zk.Conn]ti
 	if s := conn.State(); s != zk.StateHasSession {
 		return time.Time{}, 0, fmt.Errorf("%w: no ZooKeeper session (connection %v)", driver.ErrUnavailable, s)
 	}
-	var stat *zk.Stat
-	var err error
-	sent, ok := synced[conn]
-	if !ok {
-		sent = time.Now()
-		if err = b.sync(ctx, conn, h.path); err != nil && err != zk.ErrNoNode {
-			return time.Time{}, 0, classify(err)
-		}
-		if synced != nil {
-			synced[conn] = sent
-		}
+	sent, err := b.syncOnce(ctx, conn, h.path, synced)
+	if err != nil {
+		return time.Time{}, 0, err
 	}
-	ok, stat, err = b.exists(ctx, conn, h.path)
+	ok, stat, err := b.exists(ctx, conn, h.path)
 	switch {
 	case err != nil:
 		return time.Time{}, 0, classify(err)
@@ -163,4 +155,30 @@ func (b *Backend) witness(ctx context.Context, h holding, synced map[*zk.Conn]ti
 		return time.Time{}, 0, errVanished
 	}
 	return sent, keep, nil
+}
+
+// syncOnce syncs conn's server with the leader, through path, and returns the sync's send;
+// with synced, only the first caller per connection syncs, the others wait for its answer
+// (which comes by the first's deadline: run returns then).
+func (b *Backend) syncOnce(ctx context.Context, conn *zk.Conn, path string, synced *syncs) (time.Time, error) {
+	if synced == nil {
+		sent := time.Now()
+		return sent, b.syncPath(ctx, conn, path)
+	}
+	c, first := synced.of(conn)
+	if first {
+		c.sent = time.Now()
+		c.err = b.syncPath(ctx, conn, path)
+		close(c.done)
+	}
+	<-c.done
+	return c.sent, c.err
+}
+
+// syncPath is sync, where a path that is not there is no failure: the sync went through.
+func (b *Backend) syncPath(ctx context.Context, conn *zk.Conn, path string) error {
+	if err := b.sync(ctx, conn, path); err != nil && err != zk.ErrNoNode {
+		return classify(err)
+	}
+	return nil
 }
