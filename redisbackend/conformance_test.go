@@ -2,6 +2,7 @@ package redisbackend_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,40 +29,46 @@ func TestConformance(t *testing.T) {
 		{"cluster-pipelined", func(t *testing.T) redis.UniversalClient { return testserver.StartCluster(t, 3).ClientT(t) },
 			[]redisbackend.Option{redisbackend.WithPipelining(1)}},
 	}
+	// Each deployment is servers of its own, and its suite mostly waits on them: the
+	// deployments run at once, each subtest in a goroutine of its own.
+	var wg sync.WaitGroup
 	for _, d := range deployments {
-		t.Run(d.name, func(t *testing.T) {
-			rdb := d.client(t)
-			target := fencelocktest.Target{
-				New: func(t *testing.T) fencelock.Backend {
-					b := redisbackend.New(rdb, d.opts...)
-					t.Cleanup(func() { _ = b.Close() })
-					return b
-				},
-				TTL: time.Second,
-				Drop: func(t *testing.T, name string) {
-					if err := rdb.Del(context.Background(), redisbackend.New(rdb).Key(name)).Err(); err != nil {
-						t.Fatal(err)
-					}
-				},
-				DropPermit: func(t *testing.T, name, owner string) {
-					ctx, key := context.Background(), redisbackend.New(rdb).Key(name)
-					if err := rdb.HDel(ctx, key+":s", "o:"+owner).Err(); err != nil {
-						t.Fatal(err)
-					}
-					if err := rdb.ZRem(ctx, key+":s:x", owner).Err(); err != nil {
-						t.Fatal(err)
-					}
-				},
-			}
-			fencelocktest.Run(t, target)
-			t.Run("Semaphore", func(t *testing.T) { fencelocktest.RunSemaphore(t, target) })
-			t.Run("Election", func(t *testing.T) { fencelocktest.RunElection(t, target) })
-			t.Run("RWLock", func(t *testing.T) { fencelocktest.RunRWLock(t, target) })
-			t.Run("Model", func(t *testing.T) {
-				fencelocktest.RunModel(t, target, fencelocktest.Model{TTL: 100 * time.Millisecond, Semaphores: true, Elections: true,
-					// A lost lock's release, once its owner held the name again, said "ok".
-					Regressions: []uint64{680080392}})
+		wg.Go(func() {
+			t.Run(d.name, func(t *testing.T) {
+				rdb := d.client(t)
+				target := fencelocktest.Target{
+					New: func(t *testing.T) fencelock.Backend {
+						b := redisbackend.New(rdb, d.opts...)
+						t.Cleanup(func() { _ = b.Close() })
+						return b
+					},
+					TTL: time.Second,
+					Drop: func(t *testing.T, name string) {
+						if err := rdb.Del(context.Background(), redisbackend.New(rdb).Key(name)).Err(); err != nil {
+							t.Fatal(err)
+						}
+					},
+					DropPermit: func(t *testing.T, name, owner string) {
+						ctx, key := context.Background(), redisbackend.New(rdb).Key(name)
+						if err := rdb.HDel(ctx, key+":s", "o:"+owner).Err(); err != nil {
+							t.Fatal(err)
+						}
+						if err := rdb.ZRem(ctx, key+":s:x", owner).Err(); err != nil {
+							t.Fatal(err)
+						}
+					},
+				}
+				fencelocktest.Run(t, target)
+				t.Run("Semaphore", func(t *testing.T) { fencelocktest.RunSemaphore(t, target) })
+				t.Run("Election", func(t *testing.T) { fencelocktest.RunElection(t, target) })
+				t.Run("RWLock", func(t *testing.T) { fencelocktest.RunRWLock(t, target) })
+				t.Run("Model", func(t *testing.T) {
+					fencelocktest.RunModel(t, target, fencelocktest.Model{TTL: 100 * time.Millisecond, Semaphores: true, Elections: true,
+						// A lost lock's release, once its owner held the name again, said "ok".
+						Regressions: []uint64{680080392}})
+				})
 			})
 		})
 	}
+	wg.Wait()
 }

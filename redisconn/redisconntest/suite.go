@@ -54,19 +54,41 @@ func Run(t *testing.T, dial Dial) {
 
 // Deployments starts a single node, a Cluster of 3 masters and a Sentinel deployment with one
 // replica, one after the other, and runs fn on each in a subtest named after its kind.
-func Deployments(t *testing.T, fn func(t *testing.T, d Deployment)) {
-	t.Run(string(Single), func(t *testing.T) {
-		r := testserver.StartRedis(t)
-		fn(t, Deployment{Kind: Single, Addrs: []string{r.Addr}, servers: servers{single: r}})
-	})
-	t.Run(string(Cluster), func(t *testing.T) {
-		c := testserver.StartCluster(t, 3)
-		fn(t, Deployment{Kind: Cluster, Addrs: c.Addrs, servers: servers{cluster: c}})
-	})
-	t.Run(string(Sentinel), func(t *testing.T) {
-		s := testserver.StartSentinel(t)
-		fn(t, Deployment{Kind: Sentinel, Addrs: s.SentinelAddrs, MasterName: s.MasterName, servers: servers{sentinel: s}})
-	})
+func Deployments(t *testing.T, fn func(t *testing.T, d Deployment)) { deployments(t, false, fn) }
+
+// DeploymentsAtOnce is Deployments with the three deployments at once, each subtest in a
+// goroutine of its own, for an fn that shares nothing between them: a suite that mostly waits
+// on its servers then takes the time of its slowest deployment, not the sum of all three.
+func DeploymentsAtOnce(t *testing.T, fn func(t *testing.T, d Deployment)) { deployments(t, true, fn) }
+
+func deployments(t *testing.T, atOnce bool, fn func(t *testing.T, d Deployment)) {
+	starts := []struct {
+		kind  Kind
+		start func(t *testing.T) Deployment
+	}{
+		{Single, func(t *testing.T) Deployment {
+			r := testserver.StartRedis(t)
+			return Deployment{Kind: Single, Addrs: []string{r.Addr}, servers: servers{single: r}}
+		}},
+		{Cluster, func(t *testing.T) Deployment {
+			c := testserver.StartCluster(t, 3)
+			return Deployment{Kind: Cluster, Addrs: c.Addrs, servers: servers{cluster: c}}
+		}},
+		{Sentinel, func(t *testing.T) Deployment {
+			s := testserver.StartSentinel(t)
+			return Deployment{Kind: Sentinel, Addrs: s.SentinelAddrs, MasterName: s.MasterName, servers: servers{sentinel: s}}
+		}},
+	}
+	var wg sync.WaitGroup
+	for _, d := range starts {
+		run := func() { t.Run(string(d.kind), func(t *testing.T) { fn(t, d.start(t)) }) }
+		if atOnce {
+			wg.Go(run)
+		} else {
+			run()
+		}
+	}
+	wg.Wait()
 }
 
 func runOn(t *testing.T, dial Dial, d Deployment) {

@@ -57,7 +57,7 @@ return redis.call('DEL', unpack(KEYS))
 
 // redisbackend on a rueidis client keeps every promise of a fencelock backend.
 func TestBackendConformance(t *testing.T) {
-	redisconntest.Deployments(t, func(t *testing.T, d redisconntest.Deployment) {
+	redisconntest.DeploymentsAtOnce(t, func(t *testing.T, d redisconntest.Deployment) {
 		c := dial(t, d)
 		target := fencelocktest.Target{
 			New: func(t *testing.T) fencelock.Backend {
