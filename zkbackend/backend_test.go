@@ -257,3 +257,38 @@ func TestRenewChecksLeasesAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A renewal checks the node of the lease's token: what the Backend remembers of the owner's
+// hold may be another, earlier node of the same owner (one an undo removed while a call of the
+// owner's took the next), and that one's absence says nothing of the lease's.
+func TestRenewChecksTheLeasesNode(t *testing.T) {
+	b := newBackend(dial(t, server.Addr, nil))
+	ctx := ctxTimeout(t, 20*time.Second)
+	for _, limit := range []int{0, 2} {
+		name := fmt.Sprintf("%s-%d", lockName(t), limit)
+		req := driver.Request{Name: name, Owner: "owner", TTL: sessionTimeout, Limit: limit}
+		first, err := b.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale, ok := b.Held(name, "owner", limit)
+		if !ok {
+			t.Fatalf("limit %d: the Backend remembers no hold after the grant", limit)
+		}
+		if _, err := b.Release(ctx, driver.Lease{Name: name, Owner: "owner", TTL: sessionTimeout, Limit: limit, Token: first.Token}, ""); err != nil {
+			t.Fatal(err)
+		}
+		next, err := b.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.Token == first.Token {
+			t.Fatalf("limit %d: the next grant has the first's token %d", limit, next.Token)
+		}
+		b.Remember(name, "owner", limit, stale)
+		lease := driver.Lease{Name: name, Owner: "owner", TTL: sessionTimeout, Limit: limit, Token: next.Token}
+		if r := b.Renew(ctx, []driver.Lease{lease}); r[0].Err != nil {
+			t.Fatalf("limit %d: renewal of token %d, the Backend remembering token %d's node: %v", limit, next.Token, first.Token, r[0].Err)
+		}
+	}
+}

@@ -35,3 +35,13 @@ func (b *Backend) Owed() int {
 
 // OwnerTag is the tag of owner's permit nodes in their names.
 func OwnerTag(owner string) string { return ownerTag(owner) }
+
+// Held returns what the Backend remembers of owner's hold of name under limit, and Remember
+// makes it remember h again: a test makes that memory stale with the two.
+func (b *Backend) Held(name, owner string, limit int) (any, bool) {
+	return b.holding(keyOf(name, owner, limit))
+}
+
+func (b *Backend) Remember(name, owner string, limit int, h any) {
+	b.remember(keyOf(name, owner, limit), h.(holding))
+}

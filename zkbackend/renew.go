@@ -79,6 +79,11 @@ func (b *Backend) renew(ctx context.Context, l driver.Lease, synced *syncs) (tim
 	}
 	k := keyOf(l.Name, l.Owner, l.Limit)
 	h, ok := b.holding(k)
+	if ok && l.Token != 0 && h.token != l.Token {
+		// Another node of the owner's (one an undo removes while a call of the owner's took
+		// the next): it says nothing of the lease's. Look.
+		ok = false
+	}
 	if ok && b.lost(h) {
 		b.forget(k, h.path)
 		return 0, fmt.Errorf("%w: the ZooKeeper session that owned the lock node of %q ended: it expired, or its connection was closed", driver.ErrNotHeld, l.Name)
@@ -93,6 +98,9 @@ func (b *Backend) renew(ctx context.Context, l driver.Lease, synced *syncs) (tim
 		}
 		if err != nil {
 			return 0, err
+		}
+		if l.Token != 0 && h.token != l.Token {
+			return 0, fmt.Errorf("%w: %q is held by this owner in ZooKeeper under another token than the lease's", driver.ErrNotHeld, l.Name)
 		}
 	}
 	// The node's owner never changes and it was first in line, so existing is holding.
