@@ -82,6 +82,9 @@ var nemesisRegressions = []struct {
 		"redis", 1001, 10 * time.Second, "l: 1369, and in every run with an oom fault"},
 	{"ZooKeeper: two goroutines of one owner taking permits at once each made the permit anew, the later ending the earlier's handle as lost (fixed on main before 2263a0f: f62c45e, 81d7a91)",
 		"zookeeper", 4004, 10 * time.Second, "g: 1, in 2 of 2 runs; seed 4001: in 2 of 2 runs"},
+	// Found in a busy full run of December 2026.
+	{"ZooKeeper: a Refresh witnessed the node the Backend remembered for its owner, an earlier one an undo had just removed, and said not held of a held lock (664359c)",
+		"zookeeper", 949577486, 10 * time.Second, "k: 2 in a full run beside two busy loops; replays: g: 1 in 1 of 3"},
 }
 
 // The seeds of the holes the nemesis found, each replayed for 10 to 40 s: in the long suite, or with
