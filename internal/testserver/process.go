@@ -24,6 +24,8 @@ const (
 	// stopGrace is how long a server gets to exit after its stop signal before
 	// it is killed.
 	stopGrace = 5 * time.Second
+	// stopWait bounds how long a Pause waits for every thread of the server to stop.
+	stopWait = 5 * time.Second
 	// startAttempts covers the race between FreePort releasing a port and the
 	// server binding it: another process (tests of other packages run in
 	// parallel) may take the port in between.
@@ -217,6 +219,9 @@ func (p *process) signal(sig syscall.Signal) error {
 	switch sig {
 	case syscall.SIGSTOP:
 		p.paused = true
+		if err := WaitStopped(p.cmd.Process.Pid, stopWait); err != nil {
+			return err
+		}
 	case syscall.SIGCONT:
 		p.paused = false
 	}

@@ -351,3 +351,27 @@ func directClient(t testing.TB, addr string) *redis.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// Pause returns only once every thread of the server has stopped: kill(SIGSTOP) returns before
+// the signal reaches each thread, and a test that sends a request right after Pause must find
+// the server silent. redis-server runs several threads (its background I/O and the io-threads
+// asked for here), each stopped on its own.
+func TestPauseReturnsOnceEveryThreadStopped(t *testing.T) {
+	t.Parallel()
+	r := StartRedis(t, "--io-threads", "4")
+	for i := range 50 {
+		if err := r.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		running, err := runningThreads(r.PID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if running != 0 {
+			t.Fatalf("pause %d: %d threads of the server still running after Pause returned", i, running)
+		}
+		if err := r.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/testserver"
 )
 
 // TickTime is the server's tick. Session timeouts are negotiated into [2, 20] ticks, so a
@@ -344,6 +346,7 @@ func (s *Server) Kill() error {
 }
 
 // Pause freezes the server (SIGSTOP): clients see silence, and no session expires meanwhile.
+// It returns once every thread of the JVM has stopped.
 func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
 
 // Resume continues a paused server (SIGCONT).
@@ -359,6 +362,9 @@ func (s *Server) signal(sig syscall.Signal) error {
 		return fmt.Errorf("zktest: %v: %w", sig, err)
 	}
 	s.paused = sig == syscall.SIGSTOP
+	if s.paused {
+		return testserver.WaitStopped(s.cmd.Process.Pid, stopGrace)
+	}
 	return nil
 }
 
