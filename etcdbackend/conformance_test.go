@@ -40,7 +40,7 @@ func TestConformance(t *testing.T) {
 	t.Run("RWLock", func(t *testing.T) { fencelocktest.RunRWLock(t, target) })
 	// The shortest lease is 2 s: 8 histories, two of them with expiries.
 	t.Run("Model", func(t *testing.T) {
-		fencelocktest.RunModel(t, target, fencelocktest.Model{Histories: 8, TTL: 2 * time.Second, Semaphores: true, Elections: true,
+		fencelocktest.RunModel(t, target, fencelocktest.Model{Histories: 8, AtOnce: 4, TTL: 2 * time.Second, Semaphores: true, Elections: true,
 			// A lock left to expire with the watchdog off stayed in etcd, on the Backend's
 			// lease, until its holder's Release: a Client now releases a hold its deadline ended.
 			Regressions: []uint64{104}})

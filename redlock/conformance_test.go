@@ -47,7 +47,7 @@ func TestConformance(t *testing.T) {
 		model.New = func(t *testing.T) fencelock.Backend {
 			return settledReleases{newBackend(t, dial(t, addrs), redlock.WithNodeTimeout(600*time.Millisecond)), admin}
 		}
-		fencelocktest.RunModel(t, model, fencelocktest.Model{Histories: 8, TTL: time.Second, Elections: true, Regressions: []uint64{679045272}})
+		fencelocktest.RunModel(t, model, fencelocktest.Model{Histories: 8, AtOnce: 4, TTL: time.Second, Elections: true, Regressions: []uint64{679045272}})
 	})
 }
 
