@@ -33,6 +33,13 @@ func TestDispatchDoesNotWaitForASubscription(t *testing.T) {
 		t.Fatal(err)
 	}
 	await(t, ready, 10*time.Second, "subscription to the healthy node")
+	// go-redis's ClusterClient learns the commands' key positions (COMMAND) from a node it
+	// picks at random, at the first command that needs them: this SPUBLISH, to a channel no
+	// one listens on, has it learn them now, not from the stopped node at the SPUBLISH below,
+	// which then waits out the one-minute read timeout.
+	if err := c.SPublish(ctx, stopped, "before the pause").Err(); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := node.Pause(); err != nil {
 		t.Fatal(err)
