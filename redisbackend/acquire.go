@@ -20,7 +20,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant
 		g, _, err := b.permitAttempt(ctx, req, 0, 0, nil)
 		return g, err
 	}
-	keys := b.queueKeys(req.Name)[:3] // the lock, its fence counter and its line
+	keys := b.queueKeys(req.Name)[:3:3] // the lock, its fence counter and its line; shared, so capped
 	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, b.form}
 	res, acked, err := b.take(ctx, acquireScript, keys, args)
 	if err != nil {

@@ -52,6 +52,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/recent"
 	"github.com/fencelock/fencelock/internal/redislayer"
 	"github.com/fencelock/fencelock/internal/releasewatch"
 	"github.com/fencelock/fencelock/redisconn"
@@ -79,6 +80,7 @@ type Backend struct {
 	retentionArg any                     // the fence retention in ms, boxed once
 	announce     redislayer.Announcement // how the release scripts announce a release
 	lastTTL      atomic.Pointer[boxedTTL]
+	keys         recent.Cache[*nameKeys] // queueKeys of the names used lately
 	watch        *releasewatch.Set
 	pipe         pipeliner
 	bg           background

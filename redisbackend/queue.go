@@ -177,13 +177,28 @@ func (b *Backend) leave(keys []string, req driver.Request) {
 }
 
 // queueKeys returns the lock, its fence counter, the line and its entries: <prefix>{N},
-// <prefix>{N}:fence, <prefix>{N}:q and <prefix>{N}:q:e, from one allocation.
+// <prefix>{N}:fence, <prefix>{N}:q and <prefix>{N}:q:e, from two allocations — none for a name
+// the Backend was asked about lately (b.keys). The slice is shared: callers read it, and cap
+// what they slice of it before anything could append.
 func (b *Backend) queueKeys(name string) []string {
+	if k, ok := b.keys.Get(name); ok {
+		return k.keys[:]
+	}
 	lock := len(b.prefix) + len(name) + 2
 	all := b.prefix + "{" + name + "}:q:e" + b.prefix + "{" + name + "}:fence"
 	entries := all[:lock+4]
-	return []string{entries[:lock], all[lock+4:], entries[:lock+2], entries}
+	k := &nameKeys{name: name, keys: [4]string{entries[:lock], all[lock+4:], entries[:lock+2], entries}}
+	b.keys.Put(k)
+	return k.keys[:]
 }
+
+// nameKeys is a name's queueKeys, as b.keys keeps them.
+type nameKeys struct {
+	name string
+	keys [4]string
+}
+
+func (k *nameKeys) Key() string { return k.name }
 
 var _ driver.LineLister = (*Backend)(nil)
 

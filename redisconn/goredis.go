@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/recent"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -118,7 +119,7 @@ func evalSha(ctx context.Context, c redis.Scripter, s *Script, keys []string, ar
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, "evalsha", s.hashArg, len(keys))
 	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
+		cmdArgs = append(cmdArgs, boxedKeys.Box(k))
 	}
 	cmd := redis.NewCmd(ctx, append(cmdArgs, args...)...)
 	if len(keys) > 0 {
@@ -127,6 +128,11 @@ func evalSha(ctx context.Context, c redis.Scripter, s *Script, keys []string, ar
 	_ = p.Process(ctx, cmd)
 	return cmd
 }
+
+// boxedKeys keeps the keys of the commands run lately as their argument lists take them: a
+// string boxed into an interface is an allocation, and a lock's keys come back at every
+// acquire and release of its name.
+var boxedKeys recent.Boxes
 
 // noScript reports whether err is the server's NOSCRIPT. redis.HasErrorPrefix allocates even
 // for a nil error, which is most calls.
