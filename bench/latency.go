@@ -16,7 +16,8 @@ type latencyRow struct {
 	entry         *Entry
 	cycles        int
 	p50, p90, p99 time.Duration
-	allocs, bytes float64 // per cycle, net of the background
+	allocs, bytes float64 // per cycle, net of the background, a fresh name each cycle
+	allocsOne     float64 // the same, every cycle on one name
 	serverUs      float64 // CPU time of the redis-server processes per cycle, in µs
 	background    rate    // what the process allocates per second while idle
 	failures      int
@@ -100,35 +101,48 @@ func runLatency(ctx context.Context, cfg *config, es []*Entry, addrs []string, p
 const allocCycles = 2000
 
 // countAllocs runs n cycles of each contender in turn and sets rows' allocs and bytes per
-// cycle: runtime.MemStats deltas, less what the process allocates meanwhile while idle.
+// cycle: runtime.MemStats deltas, less what the process allocates meanwhile while idle. It
+// counts twice: a fresh name each cycle (allocs, bytes), and one name every cycle (allocsOne),
+// which a contender that keeps what it made of a recent name's keys does not make again.
 func countAllocs(ctx context.Context, cs []Contender, rows []latencyRow, n int, tag string) error {
 	bg, err := background(ctx)
 	if err != nil {
 		return err
 	}
 	names := make([]string, n)
-	var m0, m1 runtime.MemStats
 	for i, c := range cs {
+		rows[i].background = bg
 		for k := range names {
 			names[k] = tag + ":allocs:" + strconv.Itoa(i) + ":" + strconv.Itoa(k)
 		}
-		runtime.ReadMemStats(&m0)
-		start := time.Now()
-		for _, name := range names {
-			if err := cycle(ctx, c, name); err != nil {
-				rows[i].failures++
-				if rows[i].firstErr == nil {
-					rows[i].firstErr = err
-				}
-			}
+		allocs, bytes := countCycles(ctx, c, &rows[i], names, bg)
+		rows[i].allocs, rows[i].bytes = allocs, bytes
+		for k := range names {
+			names[k] = tag + ":allocs-one:" + strconv.Itoa(i)
 		}
-		took := time.Since(start).Seconds()
-		runtime.ReadMemStats(&m1)
-		rows[i].background = bg
-		rows[i].allocs = max(float64(m1.Mallocs-m0.Mallocs)-bg.allocs*took, 0) / float64(n)
-		rows[i].bytes = max(float64(m1.TotalAlloc-m0.TotalAlloc)-bg.bytes*took, 0) / float64(n)
+		rows[i].allocsOne, _ = countCycles(ctx, c, &rows[i], names, bg)
 	}
 	return nil
+}
+
+// countCycles runs a cycle of c on each of names and returns the allocations and bytes per
+// cycle, less the background; a failure counts in row.
+func countCycles(ctx context.Context, c Contender, row *latencyRow, names []string, bg rate) (allocs, bytes float64) {
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	start := time.Now()
+	for _, name := range names {
+		if err := cycle(ctx, c, name); err != nil {
+			row.failures++
+			if row.firstErr == nil {
+				row.firstErr = err
+			}
+		}
+	}
+	took := time.Since(start).Seconds()
+	runtime.ReadMemStats(&m1)
+	n := float64(len(names))
+	return max(float64(m1.Mallocs-m0.Mallocs)-bg.allocs*took, 0) / n, max(float64(m1.TotalAlloc-m0.TotalAlloc)-bg.bytes*took, 0) / n
 }
 
 // serverClocks read the CPU time of the servers' main threads, which parse and run every
