@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencelock/fencelock/internal/recent"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/internal/recent"
 )
 
 // GoRedisClient is the part of a go-redis v9 client that GoRedis uses: *redis.Client (a single

@@ -219,7 +219,8 @@ func (r *Redis) Kill() error {
 }
 
 // Pause freezes the server with SIGSTOP: connections stay open but nothing
-// answers, like a long GC pause or a stalled VM.
+// answers, like a long GC pause or a stalled VM. It returns once every thread of
+// the server has stopped (WaitStopped).
 func (r *Redis) Pause() error {
 	return r.proc.signal(syscall.SIGSTOP)
 }
