@@ -21,7 +21,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant
 		return g, err
 	}
 	keys := b.queueKeys(req.Name)[:3:3] // the lock, its fence counter and its line; shared, so capped
-	args := []any{req.Owner, req.Hold, b.ttlArg(req.TTL), b.retentionArg, req.Meta, b.form}
+	args := trimmed(req.Owner, b.ttlArg(req.TTL), b.retentionArg, req.Hold, req.Meta, b.form)
 	res, acked, err := b.take(ctx, acquireScript, keys, args)
 	if err != nil {
 		return driver.Grant{}, err
@@ -37,25 +37,27 @@ func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant
 
 // take runs an acquisition script — with WAIT in the same round trip under WithReplicas — and
 // returns its reply's integers, up to three: the outcome first, then at least one more, and a
-// count after the token when the outcome is 1. acked is how many replicas acknowledged the
-// script's writes, -1 without WithReplicas.
+// count after the token when the outcome is 1. A reply of one integer, a token, is a grant of
+// one hold (acquire.lua): {1, token, 1}. acked is how many replicas acknowledged the script's
+// writes, -1 without WithReplicas.
 func (b *Backend) take(ctx context.Context, script *redisconn.Script, keys []string, args []any) (res [3]int64, acked int, err error) {
-	var reply []any
+	var v any
 	acked = -1
 	if b.replicas > 0 {
-		var v any
-		if v, acked, err = b.replicated(ctx, script, keys, args); err == nil {
-			reply, _ = v.([]any)
-		}
+		v, acked, err = b.replicated(ctx, script, keys, args)
 	} else {
-		reply, err = redisconn.Slice(b.pipe.run(ctx, script, keys, args...))
+		v, err = b.pipe.run(ctx, script, keys, args...)
 	}
 	if err != nil {
 		return res, acked, failed(err)
 	}
+	if token, ok := v.(int64); ok && token > 0 {
+		return [3]int64{1, token, 1}, acked, nil
+	}
+	reply, _ := v.([]any)
 	res, ok := int64s(reply)
 	if !ok || len(reply) < 2 || (res[0] == 1 && len(reply) < 3) {
-		return res, acked, fmt.Errorf("%w: unexpected acquisition reply %v", driver.ErrUnavailable, reply)
+		return res, acked, fmt.Errorf("%w: unexpected acquisition reply %v", driver.ErrUnavailable, v)
 	}
 	return res, acked, nil
 }

@@ -1,29 +1,20 @@
 -- Takes the lock for an owner, or re-enters it when the owner holds it already.
 -- KEYS[1] the lock, in either form (see lock.lua)
 -- KEYS[2] the fence counter of the lock (same hash tag), KEYS[3] the line (see queue.lua)
--- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] TTL in ms, ARGV[4] fence counter retention in ms,
--- ARGV[5] what the holder publishes about itself ('' for nothing), kept in the field meta,
--- ARGV[6] 'hash' to write the lock as a hash whatever it holds (WithPlainLocks(false)), else ''
--- Returns {1, token, count} when the owner holds the lock after the call,
+-- ARGV[1] owner ID, ARGV[2] TTL in ms, ARGV[3] fence counter retention in ms; then, each only
+-- when it or one after it is not empty (an argument costs the server a string, and the usual
+-- acquisition has none of them): ARGV[4] hold ID, ARGV[5] what the holder publishes about
+-- itself, kept in the field meta, ARGV[6] 'hash' to write the lock as a hash whatever it holds
+-- (WithPlainLocks(false))
+-- Returns the token when the owner holds the lock, with one hold, after the call,
+--         {1, token, count} when it re-entered a lock it held already,
 --         {0, pttl} when another owner holds it.
+-- This opens the script, after take.lua: the usual case returns here, before the functions of
+-- the others are defined (see scripts.go).
+local owner, ttl, retention = ARGV[1], ARGV[2], ARGV[3]
+local hold, meta, hash = ARGV[4] or '', ARGV[5] or '', ARGV[6] == 'hash'
 -- Neither the lock nor a line, the usual case: one call tells.
 if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
-  return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], false, ARGV[6] == 'hash')
+  local token, err = take(KEYS[1], KEYS[2], owner, hold, ttl, retention, meta, false, hash)
+  return token or redis.error_reply(err)
 end
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl == -2 then
-  -- Free with waiters in line (its holder let it expire): theirs is the next release.
-  return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], true)
-end
-local h, plain = read_lock(KEYS[1], 'owner')
-local owner = h[1]
-if owner == ARGV[1] then
-  if plain then
-    to_hash(KEYS[1], plain)
-  end
-  return reenter(KEYS[1], ARGV[2], ARGV[3], pttl)
-end
-if owner and pttl >= 0 then
-  return {0, pttl}
-end
-return redis.error_reply('FENCELOCK the lock key holds a ' .. (plain and 'string' or 'hash') .. ' that fencelock did not write')

@@ -40,7 +40,7 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (driver.Info, e
 	if err != nil || !info.Held {
 		return info, err
 	}
-	n, err := redisconn.Int64(b.c.Eval(ctx, forceScript, b.queueKeys(name), info.Owner, b.announce.Publish, b.retentionArg, b.announce.Count, b.form))
+	n, err := redisconn.Int64(b.c.Eval(ctx, forceScript, b.queueKeys(name), info.Owner, b.announce, b.retentionArg, b.form))
 	if err != nil {
 		return info, redislayer.Classify(err)
 	}

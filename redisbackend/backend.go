@@ -76,9 +76,9 @@ type Backend struct {
 	form      string // WithPlainLocks: "hash" when off, the scripts' argument
 	err       error  // set when the configuration is unusable; every call returns it
 
-	id           string                  // names this Backend's grant channels (see AcquireQueued)
-	retentionArg any                     // the fence retention in ms, boxed once
-	announce     redislayer.Announcement // how the release scripts announce a release
+	id           string // names this Backend's grant channels (see AcquireQueued)
+	retentionArg any    // the fence retention in ms, boxed once
+	announce     any    // how the release scripts announce a release: redislayer.Announce
 	lastTTL      atomic.Pointer[boxedTTL]
 	keys         recent.Cache[*nameKeys] // queueKeys of the names used lately
 	watch        *releasewatch.Set

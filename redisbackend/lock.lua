@@ -1,9 +1,9 @@
 -- The two forms of a lock. A lock is a hash {owner, token, count, h:<hold id> per hold, meta; q
 -- when waiters may be in line} or, for one holder with one hold, no metadata and no line, a
--- plain key '<token> <hold id> <owner>'; either always has a TTL. Every script that reads a
--- lock reads both, so that clients that write plain keys and clients that write only hashes
--- can share a name (a rolling upgrade); a client older than both forms fails on a plain key
--- with WRONGTYPE, and never takes it.
+-- plain key '<token> <hold id> <owner>' (a hold ID without white space); either always has a
+-- TTL. Every script that reads a lock reads both, so that clients that write plain keys and
+-- clients that write only hashes can share a name (a rolling upgrade); a client older than
+-- both forms fails on a plain key with WRONGTYPE, and never takes it.
 
 -- read_lock(lock, field...) reads the fields of a lock as HMGET does, false for what it lacks,
 -- in either form; for a plain key it returns its parts {owner, token, hold} too, nil for a

@@ -154,6 +154,26 @@ func TestPlainLockIsALock(t *testing.T) {
 	})
 }
 
+// A hold ID with a space cannot be told from the owner in the plain form: a lock with such a
+// hold is kept as the hash, and reads back as its owner's.
+func TestHoldWithASpaceKeepsItsOwner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	b := redisbackend.New(rdb)
+	defer b.Close()
+	const name, owner, hold = "hold-with-a-space", "owner one", "first hold"
+	g, err := b.Acquire(ctx, driver.Request{Name: name, Owner: owner, Hold: hold, TTL: 10 * time.Second})
+	must(t, err)
+	if info, err := b.Inspect(ctx, name); err != nil || info.Owner != owner || info.Count != 1 {
+		t.Fatalf("Inspect of a lock taken with the hold %q: %+v, %v; want the owner %q", hold, info, err, owner)
+	}
+	lease := driver.Lease{Name: name, Owner: owner, Token: g.Token, TTL: 10 * time.Second}
+	if n, err := b.Release(ctx, lease, hold); err != nil || n != 0 || keyType(t, ctx, rdb, b, name) != "none" {
+		t.Fatalf("the release of that hold: %d, %v, a %s key; want 0 and the key gone", n, err, keyType(t, ctx, rdb, b, name))
+	}
+}
+
 // A client whose scripts know only the hash (those before lock.lua, kept in testdata) fails on
 // a plain key with the server's WRONGTYPE error: it never takes a lock another client keeps
 // in the plain form, nor queues behind it.

@@ -14,6 +14,16 @@
 --         earlier waiter, still alive, is next; and the last token issued for the lock. A
 --         hand-over to this waiter announced with a token up to last was made before this call
 --         and is gone by now (see AcquireQueued).
+
+-- grant is take for a script's reply: {1, token, 1} when owner holds the lock, or the error.
+local function grant(lock, fence, owner, hold, ttl, retention, meta, q, hash)
+  local token, err = take(lock, fence, owner, hold, ttl, retention, meta, q, hash)
+  if not token then
+    return redis.error_reply(err)
+  end
+  return {1, token, 1}
+end
+
 local member = ARGV[2] .. '@' .. ARGV[1]
 -- Neither the lock nor a line, the usual case: the lock is the caller's at once.
 if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then

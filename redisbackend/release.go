@@ -3,6 +3,8 @@ package redisbackend
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/redislayer"
@@ -22,7 +24,7 @@ func (b *Backend) release(ctx context.Context, lease driver.Lease, hold string) 
 	if lease.Limit > 0 {
 		return b.releasePermit(ctx, lease, hold)
 	}
-	n, err := redisconn.Int64(b.pipe.run(ctx, releaseScript, b.queueKeys(lease.Name), lease.Owner, hold, b.announce.Publish, b.retentionArg, b.announce.Count, lease.Token, b.form))
+	n, err := redisconn.Int64(b.pipe.run(ctx, releaseScript, b.queueKeys(lease.Name), trimmed(holdValue(lease.Token, hold, lease.Owner), b.announce, b.retentionArg, hold, b.form)...))
 	switch {
 	case err != nil:
 		return 0, redislayer.Classify(err)
@@ -30,6 +32,31 @@ func (b *Backend) release(ctx context.Context, lease driver.Lease, hold string) 
 		return 0, fmt.Errorf("%w: %q is not held by this owner in Redis", driver.ErrNotHeld, lease.Name)
 	}
 	return int(n), nil
+}
+
+// holdValue is a hold as release.lua reads it: '<token> <hold> <owner>', the lock's plain form
+// (lock.lua) while the hold is its only one, so that a release of such a lock compares one
+// string; token 0 stands for whatever lock the owner holds.
+func holdValue(token int64, hold, owner string) string {
+	var num [20]byte
+	var sb strings.Builder
+	sb.Grow(len(num) + len(hold) + len(owner) + 2)
+	sb.Write(strconv.AppendInt(num[:0], token, 10))
+	sb.WriteByte(' ')
+	sb.WriteString(hold)
+	sb.WriteByte(' ')
+	sb.WriteString(owner)
+	return sb.String()
+}
+
+// trimmed is a script's arguments without the empty strings at their end: the scripts that
+// take optional arguments last read a missing one as empty, and each argument sent costs the
+// server a string.
+func trimmed(args ...any) []any {
+	for len(args) > 0 && args[len(args)-1] == "" {
+		args = args[:len(args)-1]
+	}
+	return args
 }
 
 var _ driver.Publisher = (*Backend)(nil)
@@ -41,7 +68,7 @@ func (b *Backend) Publish(ctx context.Context, lease driver.Lease, meta string) 
 	if err := b.usable(lease.Name); err != nil {
 		return err
 	}
-	n, err := redisconn.Int64(b.pipe.run(ctx, publishScript, []string{b.Key(lease.Name)}, lease.Owner, lease.Token, meta, b.announce.Publish, b.announce.Count))
+	n, err := redisconn.Int64(b.pipe.run(ctx, publishScript, []string{b.Key(lease.Name)}, lease.Owner, lease.Token, meta, b.announce))
 	switch {
 	case err != nil:
 		return redislayer.Classify(err)

@@ -18,6 +18,8 @@ var (
 	handoverSrc string
 	//go:embed acquire.lua
 	acquireBody string
+	//go:embed acquire_held.lua
+	acquireHeldBody string
 	//go:embed queue.lua
 	queueBody string
 	//go:embed leave.lua
@@ -26,6 +28,8 @@ var (
 	renewSrc string
 	//go:embed release.lua
 	releaseBody string
+	//go:embed release_hash.lua
+	releaseHashBody string
 	//go:embed inspect.lua
 	inspectSrc string
 	//go:embed force.lua
@@ -50,9 +54,12 @@ var (
 	// The scripts that read a lock share the functions of lock.lua, which reads both of its
 	// forms; those that give a lock to an owner, take.lua, reenter.lua and handover.lua; and
 	// those that free one, announce.lua of internal/redislayer. Each script gets only the
-	// fragments it calls, since a script defines its functions anew on every call.
-	acquireSrc    = lockSrc + takeSrc + reenterSrc + acquireBody
-	releaseSrc    = redislayer.AnnounceLua + lockSrc + takeSrc + handoverSrc + releaseBody
+	// fragments it calls, since a script defines its functions anew on every call. The two
+	// scripts every lock runs go further: each opens with its usual case and the fragments
+	// that case calls, and returns there; the fragments of its other cases are defined after
+	// it, before the body of those cases (acquire_held.lua, release_hash.lua).
+	acquireSrc    = takeSrc + acquireBody + lockSrc + reenterSrc + acquireHeldBody
+	releaseSrc    = redislayer.AnnounceLua + releaseBody + lockSrc + takeSrc + handoverSrc + releaseHashBody
 	acquireScript = redisconn.NewScript(acquireSrc)
 	queueScript   = redisconn.NewScript(lockSrc + takeSrc + reenterSrc + queueBody)
 	leaveScript   = redisconn.NewScript(leaveSrc)

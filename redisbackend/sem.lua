@@ -103,8 +103,10 @@ end
 -- their next attempt.) It stops at a live place of a client that takes no hand-over (the
 -- announcement of the release tells that one), and at a waiter of another limit (its next
 -- attempt says so). A place whose owner holds a permit already is dropped: its waiter enters
--- that permit at its next attempt. It returns nil, or an error message.
-local function sem_handover(permits, expiries, fence, line, places, retention, publish, now)
+-- that permit at its next attempt. how is how releases are announced (see announce.lua of
+-- internal/redislayer): 'SHARDNUMSUB' publishes with SPUBLISH, the others with PUBLISH. It
+-- returns nil, or an error message.
+local function sem_handover(permits, expiries, fence, line, places, retention, how, now)
   if redis.call('EXISTS', line) == 0 then
     return nil
   end
@@ -146,7 +148,7 @@ local function sem_handover(permits, expiries, fence, line, places, retention, p
         used = used + w
         redis.call('ZADD', expiries, now + handed + 1, m)
         sem_keep({permits, expiries}, now, now + handed + 1)
-        redis.call(publish, permits .. ':g:' .. client, 'g ' .. s .. ' ' .. hold .. ' ' .. m)
+        redis.call(how == 'SHARDNUMSUB' and 'SPUBLISH' or 'PUBLISH', permits .. ':g:' .. client, 'g ' .. s .. ' ' .. hold .. ' ' .. m)
       end
     end
     redis.call('ZREM', line, m)

@@ -2,8 +2,8 @@
 -- the waiters behind it that now fit (sem_handover).
 -- KEYS[1] the permits, KEYS[2] the expiries, KEYS[3] the fence counter, KEYS[4] the line,
 -- KEYS[5] the places (see sem.lua)
--- ARGV[1] owner ID, ARGV[2] 'SPUBLISH' on Cluster, 'PUBLISH' elsewhere, ARGV[3] fence counter
--- retention in ms
+-- ARGV[1] owner ID, ARGV[2] how releases are announced, which says how grants are published
+-- (see sem_handover), ARGV[3] fence counter retention in ms
 if redis.call('ZREM', KEYS[4], ARGV[1]) == 0 then
   return 0
 end

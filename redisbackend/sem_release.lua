@@ -4,10 +4,9 @@
 -- (sem_handover), and announces the release to clients that take no hand-over.
 -- KEYS[1] the permits, KEYS[2] the expiries, KEYS[3] the fence counter, KEYS[4] the line,
 -- KEYS[5] the places (see sem.lua)
--- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] 'SPUBLISH' on Cluster, 'PUBLISH' elsewhere,
--- ARGV[4] how to count the listeners of a release (see announce), ARGV[5] fence counter
--- retention in ms, ARGV[6] the token of the hold's grant, or '0' for whatever permit the owner
--- holds
+-- ARGV[1] owner ID, ARGV[2] hold ID, ARGV[3] how to announce a release (see announce),
+-- ARGV[4] fence counter retention in ms, ARGV[5] the token of the hold's grant, or '0' for
+-- whatever permit the owner holds
 -- Returns the hold count left (0: the permit is free), -1 when the owner holds no permit, or a
 -- later one: the hold of a permit lost and taken again by its owner is not in the new one. A
 -- hold released already leaves the count unchanged, so a retried release is harmless.
@@ -17,7 +16,7 @@ local p, at, mine = sem_mine(KEYS[1], KEYS[2], owner, now)
 if not p then
   return at or -1
 end
-if ARGV[6] ~= '0' and p.t ~= ARGV[6] then
+if ARGV[5] ~= '0' and p.t ~= ARGV[5] then
   return -1
 end
 if not p.h[hold] then
@@ -39,12 +38,12 @@ if p.c > 1 then
 else
   sem_drop(KEYS[1], KEYS[2], owner, mine)
 end
-local err = sem_handover(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[3], now)
+local err = sem_handover(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[3], now)
 if err then
   return redis.error_reply(err)
 end
 if redis.call('ZCARD', KEYS[2]) == 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
 end
-announce(KEYS[1], ARGV[3], ARGV[4])
+announce(KEYS[1], ARGV[3])
 return left

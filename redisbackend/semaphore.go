@@ -243,7 +243,7 @@ func (b *Backend) permitWaited(ctx context.Context, req driver.Request, g driver
 // place that lapses within min(TTL, 5s), like a dead waiter's.
 func (b *Backend) leavePermitLine(req driver.Request) {
 	b.bg.later(func(ctx context.Context) {
-		if _, err := b.c.Eval(ctx, semLeaveScript, b.semKeys(req.Name), req.Owner, b.announce.Publish, b.retentionArg); err == nil {
+		if _, err := b.c.Eval(ctx, semLeaveScript, b.semKeys(req.Name), req.Owner, b.announce, b.retentionArg); err == nil {
 			_, _ = b.releasePermit(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Limit: req.Limit}, req.Hold)
 		}
 	})
@@ -251,7 +251,7 @@ func (b *Backend) leavePermitLine(req driver.Request) {
 
 // releasePermit is release for a permit.
 func (b *Backend) releasePermit(ctx context.Context, lease driver.Lease, hold string) (int, error) {
-	n, err := redisconn.Int64(b.pipe.run(ctx, semReleaseScript, b.semKeys(lease.Name), lease.Owner, hold, b.announce.Publish, b.announce.Count, b.retentionArg, lease.Token))
+	n, err := redisconn.Int64(b.pipe.run(ctx, semReleaseScript, b.semKeys(lease.Name), lease.Owner, hold, b.announce, b.retentionArg, lease.Token))
 	switch {
 	case err != nil:
 		return 0, redislayer.Classify(err)

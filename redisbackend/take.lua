@@ -30,15 +30,16 @@ end
 
 -- take(lock, fence, owner, hold, ttl, retention, meta, q, hash) gives the free lock to owner
 -- and returns its fencing token, or nil and an error message. With no metadata, no line (q
--- false) and hash false (the caller's WithPlainLocks) the lock is a plain key, one SET; else
--- the hash, with q set when q (see lock.lua). This fragment and next_token open the scripts
+-- false), hash false (the caller's WithPlainLocks) and a hold ID without white space (which
+-- the plain form could not tell from the owner's) the lock is a plain key, one SET; else the
+-- hash, with q set when q (see lock.lua). This fragment and next_token open the scripts
 -- that take locks (see scripts.go).
 local function take(lock, fence, owner, hold, ttl, retention, meta, q, hash)
   local token, s = next_token(fence, math.max(tonumber(retention), tonumber(ttl)))
   if not token then
     return nil, s
   end
-  if meta == '' and not q and not hash then
+  if meta == '' and not q and not hash and not string.find(hold, '%s') then
     redis.call('SET', lock, s .. ' ' .. hold .. ' ' .. owner, 'PX', ttl)
     return token
   end
@@ -51,13 +52,4 @@ local function take(lock, fence, owner, hold, ttl, retention, meta, q, hash)
   end
   redis.call('PEXPIRE', lock, ttl)
   return token
-end
-
--- grant is take for a script's reply: {1, token, 1} when owner holds the lock, or the error.
-local function grant(lock, fence, owner, hold, ttl, retention, meta, q, hash)
-  local token, err = take(lock, fence, owner, hold, ttl, retention, meta, q, hash)
-  if not token then
-    return redis.error_reply(err)
-  end
-  return {1, token, 1}
 end

@@ -460,7 +460,7 @@ func (b *Backend) undo(ctx context.Context, req driver.Request, idx []int, timeo
 				}
 				ctx, cancel := sendContext(ctx, timeout)
 				defer cancel()
-				_, _ = nd.c.Eval(ctx, releaseScript, keys, req.Owner, req.Hold, nd.announce.Publish, nd.announce.Count, 0)
+				_, _ = nd.c.Eval(ctx, releaseScript, keys, req.Owner, req.Hold, nd.announce, 0)
 			})
 		}
 		wg.Wait()

@@ -58,7 +58,7 @@ type node struct {
 	i        int
 	c        redisconn.Conn
 	addr     string
-	announce redislayer.Announcement // how its release scripts announce a release
+	announce any // how its release scripts announce a release: redislayer.Announce
 	watch    *releasewatch.Set
 }
 

@@ -43,10 +43,10 @@ func (b *Backend) Release(ctx context.Context, lease driver.Lease, hold string) 
 		}
 		ctx, cancel := sendContext(ctx, timeout)
 		defer cancel()
-		v, err := redisconn.Int64(nd.c.Eval(ctx, releaseScript, keys, lease.Owner, hold, nd.announce.Publish, nd.announce.Count, lease.Token))
+		v, err := redisconn.Int64(nd.c.Eval(ctx, releaseScript, keys, lease.Owner, hold, nd.announce, lease.Token))
 		if err == nil && v > 0 && tail.keeps(nd.i) {
 			// The majority decided the lock is free before this node answered.
-			_, _ = nd.c.Eval(ctx, dropScript, keys, lease.Owner, nd.announce.Publish, nd.announce.Count)
+			_, _ = nd.c.Eval(ctx, dropScript, keys, lease.Owner, nd.announce)
 		}
 		return v, err
 	}, func(r reply[int64]) bool {
@@ -160,7 +160,7 @@ func (b *Backend) drop(ctx context.Context, name, owner string, idx []int, timeo
 	keys := []string{b.Key(name)}
 	dropped := 0
 	fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (int64, error) {
-		return redisconn.Int64(nd.c.Eval(ctx, dropScript, keys, owner, nd.announce.Publish, nd.announce.Count))
+		return redisconn.Int64(nd.c.Eval(ctx, dropScript, keys, owner, nd.announce))
 	}, func(r reply[int64]) bool {
 		if r.err == nil && r.v == 1 {
 			dropped++

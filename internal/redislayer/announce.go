@@ -8,22 +8,18 @@ import _ "embed"
 //go:embed announce.lua
 var AnnounceLua string
 
-// Announcement is what a release script passes to announce: the command that publishes a
-// release, and the PUBSUB subcommand that counts its listeners ("" to publish always), each
-// boxed once as a script argument (boxing a string allocates).
-type Announcement struct {
-	Publish, Count any
-}
-
-// Announce returns how releases are announced on a deployment. Under sharded pub/sub the
-// shard's server counts the listeners of a channel; without it a Cluster node counts only its
-// own, so a Cluster without sharded pub/sub always publishes.
-func Announce(cluster, sharded bool) Announcement {
+// Announce returns how releases are announced on a deployment, as the one script argument
+// that announce.lua reads, boxed once (boxing a string allocates). Under sharded pub/sub the
+// shard's server counts the listeners of a channel ("SHARDNUMSUB": SPUBLISH when it counts
+// one); without it a Cluster node counts only its own, so a Cluster without sharded pub/sub
+// always publishes ("PUBLISH"); a single server counts them ("NUMSUB": PUBLISH when it counts
+// one).
+func Announce(cluster, sharded bool) any {
 	switch {
 	case sharded:
-		return Announcement{"SPUBLISH", "SHARDNUMSUB"}
+		return "SHARDNUMSUB"
 	case cluster:
-		return Announcement{"PUBLISH", ""}
+		return "PUBLISH"
 	}
-	return Announcement{"PUBLISH", "NUMSUB"}
+	return "NUMSUB"
 }

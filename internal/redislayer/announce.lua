@@ -1,12 +1,11 @@
--- announce(lock, publish, count) tells whoever listens on <lock>:released that the lock is
--- free, with publish ('PUBLISH', or 'SPUBLISH' under sharded pub/sub), if the server counts
--- any listener there (count: the PUBSUB subcommand that counts them, 'NUMSUB' or
--- 'SHARDNUMSUB'; '' announces always, where the server cannot count every node's listeners).
--- A release nobody waits for then costs no message. This fragment opens the scripts that
--- free locks (see Announce).
-local function announce(lock, publish, count)
+-- announce(lock, how) tells whoever listens on <lock>:released that the lock is free, as how
+-- says (see Announce): 'NUMSUB' with PUBLISH and 'SHARDNUMSUB' with SPUBLISH (sharded pub/sub),
+-- each only if the server counts a listener there, and 'PUBLISH' with PUBLISH always, where
+-- the server cannot count every node's listeners. A release nobody waits for then costs no
+-- message. This fragment opens the scripts that free locks (see Announce).
+local function announce(lock, how)
   local channel = lock .. ':released'
-  if count == '' or redis.call('PUBSUB', count, channel)[2] > 0 then
-    redis.call(publish, channel, '')
+  if how == 'PUBLISH' or redis.call('PUBSUB', how, channel)[2] > 0 then
+    redis.call(how == 'SHARDNUMSUB' and 'SPUBLISH' or 'PUBLISH', channel, '')
   end
 end
