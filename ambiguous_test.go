@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,7 +61,7 @@ func (c *heldUndos) run(ctx context.Context, args []any, script func() *redis.Cm
 	c.mu.Lock()
 	owner := c.owner
 	c.mu.Unlock()
-	if slices.ContainsFunc(args, func(a any) bool { return slices.Contains(owner, a) }) {
+	if slices.ContainsFunc(args, func(a any) bool { return namesOwner(a, owner) }) {
 		select {
 		case <-c.open:
 		case <-ctx.Done():
@@ -79,6 +80,21 @@ func (c *heldUndos) run(ctx context.Context, args []any, script func() *redis.Cm
 		cmd.SetErr(context.DeadlineExceeded)
 	}
 	return cmd
+}
+
+// namesOwner reports whether the script argument a names one of owners: is one, or ends with one
+// after a space (a release's hold, '<token> <hold> <owner>').
+func namesOwner(a any, owners []any) bool {
+	s, ok := a.(string)
+	if !ok {
+		return false
+	}
+	for _, o := range owners {
+		if o := o.(string); s == o || strings.HasSuffix(s, " "+o) {
+			return true
+		}
+	}
+	return false
 }
 
 // An acquire whose reply is lost may have taken the lock: the client releases that hold with

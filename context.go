@@ -2,6 +2,8 @@ package fencelock
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,12 +14,19 @@ import (
 //
 // It carries the values of the context given to Obtain but neither its cancellation nor its
 // cause: a request context that ends does not end the lock; releasing it does.
+//
+// The context that does the work, a WithCancelCause, is made the first time a method of the
+// context is called, so that a lock whose context no one uses costs none (two allocations); an
+// end before that is kept in cause, and the context is made ended.
 type lockContext struct {
-	context.Context // WithCancelCause(&values)
-	cancelCause     context.CancelCauseFunc
-	values          valuesOf // the context given to Obtain, without its cancellation
-	h               *hold
-	id              string // the hold ID of its Lock, for a release when the Client closes
+	made        atomic.Bool     // inner and cancelCause are set, and read without mu from then on
+	mu          sync.Mutex      // guards making inner, and cause
+	inner       context.Context // WithCancelCause(&values), once made
+	cancelCause context.CancelCauseFunc
+	cause       error    // why the context ended before inner was made; nil while it has not
+	values      valuesOf // the context given to Obtain, without its cancellation
+	h           *hold
+	id          string // the hold ID of its Lock, for a release when the Client closes
 }
 
 // valuesOf is context.WithoutCancel(parent) inside the lockContext, where it costs no
@@ -36,36 +45,67 @@ type lockContextKey struct{}
 
 func (c *lockContext) init(parent context.Context, h *hold, id string) {
 	c.values.parent = parent
-	c.Context, c.cancelCause = context.WithCancelCause(&c.values)
 	c.h, c.id = h, id
+}
+
+// ctx returns the WithCancelCause of c, made at the first call.
+func (c *lockContext) ctx() context.Context {
+	if c.made.Load() {
+		return c.inner
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.made.Load() {
+		c.inner, c.cancelCause = context.WithCancelCause(&c.values)
+		if c.cause != nil {
+			c.cancelCause(c.cause)
+		}
+		c.made.Store(true)
+	}
+	return c.inner
 }
 
 func (c *lockContext) Deadline() (time.Time, bool) { return time.Time{}, false }
 
 func (c *lockContext) Done() <-chan struct{} {
 	_ = c.h.valid()
-	return c.Context.Done()
+	return c.ctx().Done()
 }
 
 // Err returns the cause: an error that matches ErrLost or ErrNotHeld, and context.Canceled.
 func (c *lockContext) Err() error {
 	_ = c.h.valid()
-	if c.Context.Err() == nil {
+	inner := c.ctx()
+	if inner.Err() == nil {
 		return nil
 	}
-	return context.Cause(c.Context)
+	return context.Cause(inner)
 }
 
 func (c *lockContext) Value(key any) any {
 	if _, ok := key.(lockContextKey); ok {
 		return c
 	}
-	return c.Context.Value(key)
+	return c.ctx().Value(key)
 }
 
 func (c *lockContext) String() string { return "fencelock.Lock(" + c.h.name + ").Context" }
 
-func (c *lockContext) cancel(cause error) { c.cancelCause(cause) }
+// cancel ends c with cause, unless it ended already.
+func (c *lockContext) cancel(cause error) {
+	if !c.made.Load() {
+		c.mu.Lock()
+		if !c.made.Load() {
+			if c.cause == nil {
+				c.cause = cause
+			}
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+	}
+	c.cancelCause(cause)
+}
 
 // heldState returns the hold of the lock name on c that ctx carries, if any: ctx is, or
 // derives from, the context of such a lock.
@@ -75,7 +115,7 @@ func heldState(ctx context.Context, c *Client, name string) *hold {
 		if lc.h.k == keeper(c) && lc.h.name == name {
 			return lc.h
 		}
-		v = lc.Context.Value(lockContextKey{})
+		v = lc.values.Value(lockContextKey{})
 	}
 	return nil
 }

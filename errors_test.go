@@ -44,6 +44,49 @@ func TestLockContextCauseIsTheLoss(t *testing.T) {
 	}
 }
 
+// A lock's context is made at its first use; a lock that ended before then gives a context
+// that has ended already, with that end as its cause: a loss, or the release.
+func TestLockContextMadeAfterTheEnd(t *testing.T) {
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := singleClient(t)
+	b := redisbackend.New(rdb)
+	c := newLocker(t, rdb)
+	name := lockName(t)
+	lost := make(chan error, 1)
+	lock, err := c.Obtain(ctx, name, fencelock.WithTTL(300*time.Millisecond), fencelock.WithOnLost(func(_ string, err error) { lost <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, b.Key(name)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+	case <-ctx.Done():
+		t.Fatal("the loss was never told")
+	}
+	lctx := lock.Context()
+	select {
+	case <-lctx.Done():
+	default:
+		t.Fatal("the context of a lock lost before its first use has not ended")
+	}
+	if err, cause := lctx.Err(), context.Cause(lctx); !errors.Is(err, fencelock.ErrLost) || !errors.Is(err, context.Canceled) || !errors.Is(cause, fencelock.ErrLost) {
+		t.Fatalf("the context of a lock lost before its first use: Err %v, Cause %v; want the loss (ErrLost, context.Canceled)", err, cause)
+	}
+
+	released, err := c.Obtain(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := released.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := released.Context().Err(); !errors.Is(err, fencelock.ErrNotHeld) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("the context of a lock released before its first use: %v; want ErrNotHeld and context.Canceled", err)
+	}
+}
+
 // Error texts are one line, for line-based logs, and still match every sentinel they stand for.
 func TestErrorsAreOneLine(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
