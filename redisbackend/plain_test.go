@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -152,6 +153,51 @@ func TestPlainLockIsALock(t *testing.T) {
 			t.Fatal("the release of a plain lock did not hand it to the waiter in line")
 		}
 	})
+}
+
+// The usual cycle — a fresh name, no line, one hold, released — stays on the scripts' short
+// paths: the server runs, per cycle, two scripts and in them EXISTS, TIME, SET … GET and SET
+// (acquire.lua, take.lua), then GET, DEL and PUBSUB NUMSUB (release.lua, announce.lua), and
+// nothing else (INFO commandstats counts the commands scripts call).
+func TestUsualCycleTakesTheShortPaths(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := testserver.StartRedis(t).ClientT(t)
+	b := redisbackend.New(rdb, redisbackend.WithLossWatch(false))
+	defer b.Close()
+	c := fencelock.New(b)
+	defer c.Close()
+	const cycles = 100
+	// A first cycle loads the scripts (EVAL after NOSCRIPT).
+	l, err := c.TryObtain(ctx, "usual")
+	must(t, err)
+	must(t, l.Release(ctx))
+	must(t, rdb.ConfigResetStat(ctx).Err())
+	for i := range cycles {
+		l, err := c.TryObtain(ctx, fmt.Sprintf("usual-%d", i))
+		must(t, err)
+		must(t, l.Release(ctx))
+	}
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	must(t, err)
+	got := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var n int
+		if _, err := fmt.Sscanf(rest, "%d", &n); err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		got[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	delete(got, "info")
+	delete(got, "config|resetstat")
+	want := map[string]int{"evalsha": 2 * cycles, "exists": cycles, "time": cycles, "set": 2 * cycles, "get": cycles, "del": cycles, "pubsub|numsub": cycles}
+	if !maps.Equal(got, want) {
+		t.Fatalf("commands of %d usual cycles: %v, want %v", cycles, got, want)
+	}
 }
 
 // A hold ID with a space cannot be told from the owner in the plain form: a lock with such a
