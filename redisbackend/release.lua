@@ -8,7 +8,7 @@
 -- internal/redislayer), ARGV[3] fence counter retention in ms; then, each only when it or one
 -- after it is not empty: ARGV[4] the hold ID, ARGV[5] 'hash' to hand the lock over as a hash
 -- (WithPlainLocks(false))
--- The announcements go to channels in the lock's hash slot (see handover in take.lua).
+-- The announcements go to channels in the lock's hash slot (see handover.lua).
 -- Returns the hold count left (0: the lock is no longer this owner's), -1 when the owner does
 -- not hold the lock, or holds a later one: the hold of a lock lost and taken again by its
 -- owner is not in the new one. A hold released already leaves the count unchanged, so a
