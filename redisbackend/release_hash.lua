@@ -2,6 +2,9 @@
 local hold = ARGV[4] or ''
 local token = string.match(ARGV[1], '^%d+')
 local owner = string.sub(ARGV[1], #token + #hold + 3)
+-- v is release.lua's GET of the lock: a hash (the GET raised WRONGTYPE, the usual case here:
+-- re-entry, metadata, a line) is read with HMGET at once, as read_lock would after a GET of
+-- its own; anything else is read by read_lock, which tells a plain key from a foreign one.
 local h
 if type(v) == 'table' then
   h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'h:' .. hold, 'q', 'token')
