@@ -138,6 +138,44 @@ func TestMinHoldReleaseCutOffSaysSo(t *testing.T) {
 	})
 }
 
+// A release before the minimum whose Refresh is cut off from the store (its context ends
+// while the store is out of reach) is tried again in the background: once the store is back,
+// the lock's TTL ends at the minimum, not at the TTL it had, and the next holder is served
+// no sooner than the minimum. Before, the Client only released the lock at the minimum, and
+// the store let it go when its 1 s TTL ran out: the next holder was served at 1 s.
+func TestMinHoldReleaseCutOffIsTriedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memorybackend.New()
+		backend := store.Backend()
+		a, b := fencelock.New(backend), fencelock.New(store.Backend())
+		defer b.Close()
+		defer a.Close()
+		start := time.Now()
+		lock, err := a.Obtain(t.Context(), "nightly", fencelock.WithTTL(time.Second), fencelock.WithMinHold(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		const cut = 300 * time.Millisecond
+		backend.Partition(cut)
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		defer cancel()
+		if err := lock.Release(ctx); !errors.Is(err, fencelock.ErrUnavailable) {
+			t.Fatalf("a release before the minimum, cut off from the store: %v, want ErrUnavailable", err)
+		}
+		next, err := b.Obtain(t.Context(), "nightly", fencelock.WithTTL(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer next.Release(context.Background())
+		// The retry's TTL, counted from its send, reaches the store when the cut ends: the
+		// lock may end later than the minimum by as much, never sooner.
+		if at := time.Since(start); at < 5*time.Second || at > 5*time.Second+cut {
+			t.Fatalf("the next holder was served %v after the first one's grant, want from 5s to %v", at, 5*time.Second+cut)
+		}
+	})
+}
+
 // A lock that ends without a release before its minimum hold has passed — at its cap, or with
 // its Client closed — is trusted no more, but its name stays taken until the minimum: the
 // next holder is served then, not before.
