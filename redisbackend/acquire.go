@@ -74,8 +74,6 @@ func (b *Backend) unacked(acked int, what string) error {
 }
 
 // replicated runs script and WAIT on one connection, in one round trip: WAIT counts the
-
-// replicated runs script and WAIT on one connection, in one round trip: WAIT counts the
 // replicas that have the writes of its own connection.
 func (b *Backend) replicated(ctx context.Context, script *redisconn.Script, keys []string, args []any) (any, int, error) {
 	return b.c.EvalWait(ctx, script, keys, args, b.replicas, b.replicaTO)
