@@ -84,6 +84,11 @@ type sim struct {
 	policy   map[simHoldKey]*simPolicy
 	findings []string
 	firstAt  time.Duration // when the first finding was made
+
+	// releasing counts the releases of a hold on their way, and slipped says one of those
+	// that overlapped failed: which of them was the Client's last is not known here.
+	releasing map[simHoldKey]int
+	slipped   map[simHoldKey]bool
 }
 
 type simEntry struct {
@@ -216,7 +221,7 @@ func (g *simGate) run() {
 func runSim(t *testing.T, cfg simConfig) (log []string, ops int64) {
 	synctest.Test(t, func(t *testing.T) {
 		s := &sim{t: t, cfg: cfg, store: New(), live: map[*fencelock.Lock]*simHandle{}, grants: map[string][]simGrant{}, faults: map[string]time.Time{}, terms: map[int64]bool{},
-			floors: map[string]simFloor{}, policy: map[simHoldKey]*simPolicy{}}
+			floors: map[string]simFloor{}, policy: map[simHoldKey]*simPolicy{}, releasing: map[simHoldKey]int{}, slipped: map[simHoldKey]bool{}}
 		s.gate = &simGate{rng: rand.New(rand.NewPCG(cfg.seed, 1)), notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), trace: simTrace}
 		if os.Getenv("FENCELOCK_SIM_DUMP") != "" && s.gate.trace == nil {
 			s.gate.trace = new([]string)
@@ -683,6 +688,9 @@ func (s *sim) release(worker, seq int, lock *fencelock.Lock, wait time.Duration)
 	s.mu.Lock()
 	h := s.live[lock]
 	delete(s.live, lock)
+	if h != nil && h.class == "lock" {
+		s.releasing[simHoldKey{h.client, lock.Owner(), lock.Token()}]++
+	}
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
@@ -698,9 +706,20 @@ func (s *sim) release(worker, seq int, lock *fencelock.Lock, wait time.Duration)
 // released records the release of h, which returned err: when it was the last handle of its
 // Client's hold, released cleanly before the minimum hold of the hold's first handle passed,
 // the name is another owner's no sooner than that minimum, less the drift of the Client's
-// clock. s.mu is held.
+// clock. Of releases that overlap, the last to return does this, and only if none of them
+// failed: the one that ended the hold in the Client may be any of them. s.mu is held.
 func (s *sim) released(h *simHandle, err error) {
 	key := simHoldKey{h.client, h.lock.Owner(), h.lock.Token()}
+	s.releasing[key]--
+	if err != nil {
+		s.slipped[key] = true
+	}
+	if s.releasing[key] > 0 {
+		return // another release of the hold is on its way
+	}
+	slipped := s.slipped[key]
+	delete(s.releasing, key)
+	delete(s.slipped, key)
 	for _, o := range s.live {
 		if o.class == h.class && o.name == h.name && o.client == h.client && o.lock.Owner() == key.owner && o.lock.Token() == key.token {
 			return // the hold lives on in another handle
@@ -708,7 +727,7 @@ func (s *sim) released(h *simHandle, err error) {
 	}
 	p := s.policy[key]
 	delete(s.policy, key)
-	if p == nil || p.d == 0 || err != nil {
+	if p == nil || p.d == 0 || slipped {
 		return
 	}
 	if until := p.granted.Add(p.d); time.Now().Before(until) {
