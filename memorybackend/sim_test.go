@@ -79,7 +79,7 @@ type sim struct {
 	live     map[*fencelock.Lock]*simHandle
 	grants   map[string][]simGrant // by class/name
 	faults   map[string]time.Time  // the last store fault of each name
-	terms    map[int64]bool        // the election's tokens the store granted
+	terms    map[int64]time.Time   // the election's tokens the store granted, and when
 	floors   map[string]simFloor   // by name: the last lock released before its WithMinHold passed
 	policy   map[simHoldKey]*simPolicy
 	findings []string
@@ -93,9 +93,17 @@ type sim struct {
 
 type simEntry struct {
 	at     time.Duration
-	worker int
+	worker int // -1 for the fault loop
 	seq    int
 	text   string
+}
+
+// String is the entry as the log and the dump show it.
+func (e simEntry) String() string {
+	if e.worker < 0 {
+		return fmt.Sprintf("%v store %s", e.at, e.text)
+	}
+	return fmt.Sprintf("%v w%d %s", e.at, e.worker, e.text)
 }
 
 // simHandle is a lock handle a worker holds: what the checkers need of it.
@@ -220,7 +228,7 @@ func (g *simGate) run() {
 // runSim runs one simulation in a bubble, and returns its log and how many operations it ran.
 func runSim(t *testing.T, cfg simConfig) (log []string, ops int64) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &sim{t: t, cfg: cfg, store: New(), live: map[*fencelock.Lock]*simHandle{}, grants: map[string][]simGrant{}, faults: map[string]time.Time{}, terms: map[int64]bool{},
+		s := &sim{t: t, cfg: cfg, store: New(), live: map[*fencelock.Lock]*simHandle{}, grants: map[string][]simGrant{}, faults: map[string]time.Time{}, terms: map[int64]time.Time{},
 			floors: map[string]simFloor{}, policy: map[simHoldKey]*simPolicy{}, releasing: map[simHoldKey]int{}, slipped: map[simHoldKey]bool{}}
 		s.gate = &simGate{rng: rand.New(rand.NewPCG(cfg.seed, 1)), notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), trace: simTrace}
 		if os.Getenv("FENCELOCK_SIM_DUMP") != "" && s.gate.trace == nil {
@@ -230,7 +238,7 @@ func runSim(t *testing.T, cfg simConfig) (log []string, ops int64) {
 		s.store.issued = func(name string, token int64) {
 			if name == simElection {
 				s.mu.Lock()
-				s.terms[token] = true
+				s.terms[token] = time.Now()
 				s.mu.Unlock()
 			}
 		}
@@ -279,7 +287,7 @@ func runSim(t *testing.T, cfg simConfig) (log []string, ops int64) {
 			return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.worker, b.worker), cmp.Compare(a.seq, b.seq))
 		})
 		for _, e := range s.log {
-			log = append(log, fmt.Sprintf("%v w%d %s", e.at, e.worker, e.text))
+			log = append(log, e.String())
 		}
 		ops = s.ops.Load()
 	})
@@ -297,7 +305,7 @@ func (s *sim) dump(t *testing.T, name string) {
 	end := s.firstAt
 	for _, e := range s.log {
 		if e.at >= end-5*time.Second && e.at <= end && strings.Contains(e.text, " "+name+" ") {
-			t.Logf("%v w%d %s", e.at, e.worker, e.text)
+			t.Log(e)
 		}
 	}
 	if s.gate.trace == nil {
@@ -467,7 +475,7 @@ func (s *sim) observeStep(ctx context.Context, worker, seq int, c *fencelock.Cli
 			continue
 		}
 		s.mu.Lock()
-		if !s.terms[l.Term] {
+		if _, ok := s.terms[l.Term]; !ok {
 			s.flag("Observe reported term %d, which the store never granted", l.Term)
 		}
 		if l.Term < top {
@@ -623,13 +631,18 @@ func (s *sim) leadStep(ctx context.Context, worker, seq int, c *fencelock.Client
 	defer cancel()
 	err := s.timed(lctx, worker, seq, "lead", func(lctx context.Context) error {
 		return c.Election(simElection, opts...).Lead(lctx, fmt.Sprintf("w%d", worker), func(fctx context.Context, term int64) error {
-			began := time.Now()
+			// The store's grant of the term: a store fault since then may have made it forget
+			// the term while its reply was on its way (a delayed reply), before fn began.
+			s.mu.Lock()
+			granted := s.terms[term]
+			s.mu.Unlock()
+			s.record(worker, seq, "lead %s term %d: runs, granted at %v", simElection, term, granted.Sub(simEpoch))
 			for range 1 + r.IntN(4) {
 				if fctx.Err() != nil {
 					return nil
 				}
 				// What a leader's work does: check its context, then act with its term.
-				s.checkBelieved(fctx, "leader", simElection, term, worker, began)
+				s.checkBelieved(fctx, "leader", simElection, term, worker, granted)
 				time.Sleep(pick(r, simWaits[:3]))
 			}
 			return nil
@@ -929,6 +942,7 @@ func (s *sim) faultLoop(r *rand.Rand, done <-chan struct{}) {
 func (s *sim) forgot(name string) {
 	s.mu.Lock()
 	s.faults[name] = time.Now()
+	s.log = append(s.log, simEntry{at: s.elapsed(), worker: -1, text: "fault: the store forgets " + name + " (or a holder of it)"})
 	for _, h := range s.live {
 		if h.name == name {
 			h.forgotten = true
