@@ -102,13 +102,14 @@ func (h *hold) capDeadline() {
 // never is a renewal time that does not come.
 var never = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// ended is the reason of a hold that its deadline ended at now: the cap, or no confirmed
-// renewal in time.
-func (h *hold) ended(now time.Time) error {
+// ended is the reason of a hold that its deadline, deadline, ended at now: the cap, or no
+// confirmed renewal in time. The caller passes the deadline it read under h.mu: a renewal may
+// be moving it.
+func (h *hold) ended(now, deadline time.Time) error {
 	if !h.capAt.IsZero() && !now.Before(h.capAt) {
 		return fmt.Errorf("%w: %v after its grant", ErrMaxHold, h.maxHold)
 	}
-	return fmt.Errorf("%w %v ago without a confirmed renewal", errDeadlinePassed, now.Sub(h.deadline))
+	return fmt.Errorf("%w %v ago without a confirmed renewal", errDeadlinePassed, now.Sub(deadline))
 }
 
 // trusted is how long after a send the Client trusts a lock the store keeps v after it: v less
@@ -200,7 +201,7 @@ func (h *hold) valid() error {
 	if cause != nil || now.Before(deadline) {
 		return cause
 	}
-	h.lose(h.ended(now))
+	h.lose(h.ended(now, deadline))
 	return h.err()
 }
 
@@ -217,7 +218,7 @@ func (h *hold) expire() {
 		h.mu.Unlock()
 		return
 	}
-	reason := h.ended(now)
+	reason := h.ended(now, h.deadline)
 	h.mu.Unlock()
 	h.lose(reason)
 }
