@@ -87,8 +87,10 @@ var errFloorPassed = errors.New("the minimum hold has passed")
 // before the minimum cut off from the store (its context ended, a reply lost) would otherwise
 // leave the lock with the TTL it had, and another owner could take the name before floor. It
 // tries after each of keepWaits, within the cleanup timeout and before floor, and returns the
-// last outcome (errFloorPassed when floor came first). The same TTL set twice ends the lock at the same moment, so a first attempt
-// that did reach the store is harmless.
+// last outcome (errFloorPassed when floor came first). Each attempt ends the lock at floor
+// counted from its send, or later when it arrives late, so a first attempt that did reach the
+// store is harmless; like it, a retry shortens the TTL only while this hold is the lock's
+// only one.
 func (c *Client) keepAgain(lease driver.Lease, floor time.Time) error {
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.cleanupTimeout, floor.Sub(c.now())))
 	defer cancel()
