@@ -634,7 +634,11 @@ func (s *sim) leadStep(ctx context.Context, worker, seq int, c *fencelock.Client
 			// The store's grant of the term: a store fault since then may have made it forget
 			// the term while its reply was on its way (a delayed reply), before fn began.
 			s.mu.Lock()
-			granted := s.terms[term]
+			granted, ok := s.terms[term]
+			if !ok {
+				s.flag("w%d: Lead ran fn with term %d, which the store never granted", worker, term)
+				granted = time.Now()
+			}
 			s.mu.Unlock()
 			s.record(worker, seq, "lead %s term %d: runs, granted at %v", simElection, term, granted.Sub(simEpoch))
 			for range 1 + r.IntN(4) {
