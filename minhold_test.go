@@ -176,6 +176,54 @@ func TestMinHoldReleaseCutOffIsTriedAgain(t *testing.T) {
 	})
 }
 
+// The same on Redis, behind a link the test cuts (connections reset, new ones refused): the
+// release before the minimum returns ErrUnavailable; once the link is back, the Client sets
+// the lock's TTL to the rest of the minimum from the background (EventCleanup, no error), and
+// the next holder is served no sooner than the minimum, not when the 1 s TTL the lock had runs
+// out. The retries come 10 ms, 110 ms and 610 ms after the release returned: the first lands
+// well inside that TTL however busy the machine.
+func TestMinHoldReleaseCutOffOnRedis(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	ev := newEvents()
+	a, proxy := unreachable(t, fencelock.WithObserver(ev.observe))
+	b := newLocker(t, singleClient(t))
+	name := lockName(t)
+	const minHold = 4 * time.Second
+	start := time.Now()
+	lock, err := a.Obtain(ctx, name, fencelock.WithTTL(time.Second), fencelock.WithMinHold(minHold))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut()
+	rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = lock.Release(rctx)
+	cancel()
+	if !errors.Is(err, fencelock.ErrUnavailable) {
+		t.Fatalf("a release before the minimum, cut off from Redis: %v, want ErrUnavailable", err)
+	}
+	proxy.Restore()
+	// The next holder waits from now on: it is served when the lock goes.
+	served := make(chan error, 1)
+	var at time.Duration
+	go func() {
+		next, err := b.Obtain(ctx, name, fencelock.WithTTL(time.Second))
+		if err == nil {
+			at = time.Since(start)
+			err = next.Release(ctx)
+		}
+		served <- err
+	}()
+	if e := ev.next(t, fencelock.EventCleanup, name); e.Err != nil {
+		t.Fatalf("the minimum set from the background: %v", e.Err)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	if at < minHold {
+		t.Fatalf("the next holder was served %v after the first one's grant, before the %v minimum", at, minHold)
+	}
+}
+
 // A lock that ends without a release before its minimum hold has passed — at its cap, or with
 // its Client closed — is trusted no more, but its name stays taken until the minimum: the
 // next holder is served then, not before.
