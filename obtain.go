@@ -268,10 +268,32 @@ func (c *Client) waitForRelease(ctx context.Context, r *request) (*Lock, error) 
 
 // waiting tells the observer, once per call, that r begins to wait.
 func (c *Client) waiting(r *request) {
-	if !r.waited {
-		r.waited, r.waitedAt = true, c.now()
-		c.emit(Event{Kind: EventWaiting, Name: r.name, Owner: r.owner, Context: r.vctx})
+	c.beginWait(&r.waited, &r.waitedAt, r.name, r.owner, r.vctx)
+}
+
+// beginWait tells the observer that a call begins to wait, unless *waited says it told so:
+// it sets *waited, and *at to now.
+func (c *Client) beginWait(waited *bool, at *time.Time, name, owner string, vctx context.Context) {
+	if !*waited {
+		*waited, *at = true, c.now()
+		c.emit(Event{Kind: EventWaiting, Name: name, Owner: owner, Context: vctx})
 	}
+}
+
+// lineWait is what a wait in the backend's line tells its call (driver.Request.Waiting): that
+// it began (a grant is then a hand-over), and what waiting tells of r.
+type lineWait struct {
+	c           *Client
+	name, owner string
+	vctx        context.Context
+	inLine      bool
+	waited      bool
+	waitedAt    time.Time
+}
+
+func (w *lineWait) begin() {
+	w.inLine = true
+	w.c.beginWait(&w.waited, &w.waitedAt, w.name, w.owner, w.vctx)
 }
 
 // attempt makes one acquisition, or waits in line for it when queue is set. A request that
@@ -290,8 +312,13 @@ func (c *Client) attempt(ctx context.Context, r *request, queue driver.Queue) (*
 	var err error
 	inLine := false // the backend began to wait behind another holder: a grant is a hand-over
 	if queue != nil {
-		req.Waiting = func() { inLine = true; c.waiting(r) }
+		// The backend calls Waiting on this goroutine before AcquireQueued returns. The
+		// callback holds a box of its own, made for a wait in line alone, not r: a closure
+		// over r would put every call's request on the heap.
+		w := &lineWait{c: c, name: r.name, owner: r.owner, vctx: r.vctx, waited: r.waited, waitedAt: r.waitedAt}
+		req.Waiting = w.begin
 		g, err = queue.AcquireQueued(ctx, req)
+		inLine, r.waited, r.waitedAt = w.inLine, w.waited, w.waitedAt
 	} else {
 		g, err = c.b.Acquire(ctx, req)
 	}
