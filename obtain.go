@@ -280,8 +280,9 @@ func (c *Client) beginWait(waited *bool, at *time.Time, name, owner string, vctx
 	}
 }
 
-// lineWait is what a wait in the backend's line tells its call (driver.Request.Waiting): that
-// it began (a grant is then a hand-over), and what waiting tells of r.
+// lineWait is what a wait in the backend's line reports back to its call through
+// driver.Request.Waiting: that the wait began (a grant is then a hand-over), and whether the
+// call has told EventWaiting, and when (request.waited and waitedAt, copied in and out).
 type lineWait struct {
 	c           *Client
 	name, owner string
@@ -291,6 +292,7 @@ type lineWait struct {
 	waitedAt    time.Time
 }
 
+// begin is driver.Request.Waiting: the request waits behind another holder.
 func (w *lineWait) begin() {
 	w.inLine = true
 	w.c.beginWait(&w.waited, &w.waitedAt, w.name, w.owner, w.vctx)
