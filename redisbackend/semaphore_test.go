@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -262,24 +260,11 @@ func waitForLine(t *testing.T, ctx context.Context, b *redisbackend.Backend, nam
 // scriptCalls is how many scripts the server has run.
 func scriptCalls(t *testing.T, ctx context.Context, rdb *redis.Client) int64 {
 	t.Helper()
-	info, err := rdb.Info(ctx, "commandstats").Result()
+	n, err := testserver.CommandCalls(ctx, rdb, "evalsha", "eval")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
-				calls, _, _ := strings.Cut(rest, ",")
-				v, err := strconv.ParseInt(calls, 10, 64)
-				if err != nil {
-					t.Fatalf("commandstats: %q: %v", line, err)
-				}
-				n += v
-			}
-		}
-	}
-	return n
+	return int64(n)
 }
 
 // Limits above 2^53 are refused: the scripts count permits in Lua numbers, doubles, in which

@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -20,28 +21,47 @@ func RejectedCalls(ctx context.Context, c *redis.Client, names ...string) (int, 
 	return commandStat(ctx, c, "rejected_calls", names)
 }
 
+// AllCommandCalls returns, by command (named as CommandCalls names them), how many times the
+// server behind c has run each command it ran at all, the calls that scripts made included.
+func AllCommandCalls(ctx context.Context, c *redis.Client) (map[string]int, error) {
+	return commandStats(ctx, c, "calls")
+}
+
 // commandStat sums the field stat of INFO commandstats over the commands named.
 func commandStat(ctx context.Context, c *redis.Client, stat string, names []string) (int, error) {
+	all, err := commandStats(ctx, c, stat)
+	n := 0
+	for _, name := range names {
+		n += all[name]
+	}
+	return n, err
+}
+
+// commandStats reads the field stat of every command of INFO commandstats; a value that is
+// not a number is an error.
+func commandStats(ctx context.Context, c *redis.Client, stat string) (map[string]int, error) {
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := 0
+	out := map[string]int{}
 	for line := range strings.SplitSeq(info, "\n") {
-		for _, name := range names {
-			fields, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":")
-			if !ok {
-				continue
-			}
-			for kv := range strings.SplitSeq(fields, ",") {
-				if v, ok := strings.CutPrefix(kv, stat+"="); ok {
-					k, _ := strconv.Atoi(v)
-					n += k
+		name, fields, _ := strings.Cut(strings.TrimSpace(line), ":")
+		name, ok := strings.CutPrefix(name, "cmdstat_")
+		if !ok || fields == "" {
+			continue
+		}
+		for kv := range strings.SplitSeq(fields, ",") {
+			if v, ok := strings.CutPrefix(kv, stat+"="); ok {
+				k, err := strconv.Atoi(v)
+				if err != nil {
+					return nil, fmt.Errorf("INFO commandstats: %q: %w", line, err)
 				}
+				out[name] = k
 			}
 		}
 	}
-	return n, nil
+	return out, nil
 }
 
 // LockOwner returns the owner of the Redis lock whose key is key on the server behind c, in
