@@ -101,7 +101,9 @@ func New(b Backend, opts ...ClientOption) *Client {
 // with it every key or node of it) alive for as long as the Backend is open: a lock the Client
 // left there would be held for no one until the Backend closed. A hold whose release does not
 // succeed within the cleanup timeout is left to expire with its TTL, or with the Backend's
-// session. Close does not close the Backend, which may serve other Clients. Close is
+// session. Close does not close the Backend, which may serve other Clients. A call in flight
+// when Close begins goes on until its context ends or the store answers; it then fails with
+// ErrClosed, and a lock the store granted it meanwhile is released before it returns. Close is
 // idempotent.
 func (c *Client) Close() error {
 	if c == nil {

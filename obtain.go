@@ -348,8 +348,14 @@ func (c *Client) attempt(ctx context.Context, r *request, queue driver.Queue) (*
 		r.held = true
 	}
 	c.reached(ctx, r, err)
-	if err != nil && mayHaveTaken(err) {
-		c.undo(driver.Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token, Limit: r.limit, NoMeta: r.s.meta == ""}, hold)
+	switch lease := (driver.Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token, Limit: r.limit, NoMeta: r.s.meta == ""}); {
+	case err == errGrantedClosed:
+		// No background is left to undo it in: released here, within the call's slack.
+		rctx, cancel := afterCall(ctx)
+		_, _ = c.release(rctx, lease, hold)
+		cancel()
+	case err != nil && mayHaveTaken(err):
+		c.undo(lease, hold)
 		if r.fresh {
 			r.owner = newOwner()
 		}
@@ -375,6 +381,10 @@ func mayHaveTaken(err error) bool {
 	return true
 }
 
+// errGrantedClosed is a grant that arrived after the Client closed (a call that waited in
+// line meanwhile): the attempt releases it.
+var errGrantedClosed = fmt.Errorf("%w: the lock was granted after the Client closed, and is released", ErrClosed)
+
 // errStale is a grant of a lock this owner holds with a later token: a reply that was
 // overtaken by the owner's next lock. It was undone.
 var errStale = errors.New("the store's grant was overtaken by a later lock of the same owner")
@@ -396,7 +406,7 @@ func (c *Client) grant(r *request, holdID string, start time.Time, g driver.Gran
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, ErrClosed
+		return nil, errGrantedClosed
 	}
 	h := c.held[key]
 	if h != nil && h.token != g.Token {

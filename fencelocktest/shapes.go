@@ -50,6 +50,48 @@ func (s suite) closeReleases(t *testing.T) {
 	_ = next.Release(ctx)
 }
 
+// An Obtain that waits in line while its Client closes fails with ErrClosed when the lock
+// comes to it, and releases what the store granted it: the name is free at once for the
+// next contender, not after the TTL of a lock no one holds.
+func (s suite) closeWhileWaiting(t *testing.T) {
+	ctx := bounded(t, 30*time.Second)
+	name := s.name(t)
+	waits := make(chan struct{}, 1)
+	holder, waiter, other := s.client(t), s.waitingClient(t, waits), s.client(t)
+	held, err := holder.Obtain(ctx, name, fencelock.WithTTL(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Obtain(ctx, name, fencelock.WithTTL(20*time.Second))
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case <-waits:
+	case <-ctx.Done():
+		t.Fatal("the second Obtain never waited")
+	}
+	if err := waiter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; !errors.Is(err, fencelock.ErrClosed) {
+		t.Fatalf("the Obtain of a Client closed while it waited: %v, want ErrClosed", err)
+	}
+	next, err := other.TryObtain(ctx, name)
+	if err != nil {
+		info, _ := other.Inspect(ctx, name)
+		t.Fatalf("TryObtain once the closed Client's call returned: %v (%+v)", err, info)
+	}
+	_ = next.Release(ctx)
+}
+
 // Calls whose contexts end while their request is in flight leave nothing held for no one:
 // once the Client's clean-up is done (Close waits for it), the name is free, at the latest
 // when a leftover's TTL has run out. A backend that keeps what such a call left alive for

@@ -65,6 +65,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("Inspect", s.inspect)
 	t.Run("BadInput", s.badInput)
 	t.Run("CloseReleases", s.closeReleases)
+	t.Run("CloseWhileWaiting", s.closeWhileWaiting)
 	t.Run("ContextEndsInFlight", s.contextEndsInFlight)
 	t.Run("OneOwnerWaitsTwice", s.oneOwnerWaitsTwice)
 	t.Run("MaxHold", s.maxHold)

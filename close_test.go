@@ -1,0 +1,54 @@
+package fencelock_test
+
+import (
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/memorybackend"
+)
+
+// An Obtain waiting in line when its Client closes: the lock handed over to it afterwards is
+// no one's, and must not keep the name taken for its 30 s TTL. The call returns ErrClosed,
+// and the name is free for the next contender at once.
+func TestCloseDuringWaitLeavesNoLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memorybackend.New()
+		a, b, c := fencelock.New(store.Backend()), fencelock.New(store.Backend()), fencelock.New(store.Backend())
+		defer a.Close()
+		defer c.Close()
+		ctx := t.Context()
+		held, err := a.Obtain(ctx, "x", fencelock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := b.Obtain(ctx, "x", fencelock.WithTTL(30*time.Second))
+			if err == nil {
+				_ = l.Release(ctx)
+			}
+			got <- err
+		}()
+		synctest.Wait() // b waits in the store's line
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; !errors.Is(err, fencelock.ErrClosed) {
+			t.Fatalf("the closed Client's Obtain: %v, want ErrClosed", err)
+		}
+		synctest.Wait()
+		next, err := c.TryObtain(ctx, "x")
+		if err != nil {
+			info, _ := c.Inspect(ctx, "x")
+			t.Fatalf("%v after the release, the name is not free: %v (held %v by %.8s for %v more)", time.Since(start), err, info.Held, info.Owner, info.Remaining)
+		}
+		_ = next.Release(ctx)
+	})
+}
