@@ -25,12 +25,7 @@ func (c *Client) releaseAll(lease driver.Lease, handles []*lockContext, renewing
 		defer c.background.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
 		defer cancel()
-		if renewing != nil {
-			select {
-			case <-renewing:
-			case <-ctx.Done():
-			}
-		}
+		awaitRenewal(ctx, renewing)
 		for _, lc := range handles {
 			err := c.releaseHold(ctx, lease, lc.id)
 			c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err, Owner: lease.Owner})
@@ -52,35 +47,30 @@ func (c *Client) inBackground(counted bool) bool {
 	return true
 }
 
-// letGo releases a lost hold's handle in the background, kept until floor when that is still
-// ahead (keeper).
-func (c *Client) letGo(lease driver.Lease, hold string, floor time.Time) {
-	if c.now().Before(floor) {
-		c.keepInBackground(lease, hold, floor, false)
+// awaitRenewal waits, within ctx, until renewing, a renewal on its way (nil for none), is
+// answered. What the background ends of a hold follows the renewal: a Refresh counted the hold
+// among the Client's (driver.Lease.Holds), and after the hold's release the store could take
+// another hold of the owner (another Client's, or one this Client keeps for its minimum) for
+// this one, and cut it short. Past ctx, the clean-up goes on, or leaves the lock to its TTL.
+func awaitRenewal(ctx context.Context, renewing <-chan struct{}) {
+	if renewing == nil {
 		return
 	}
-	c.undo(lease, hold)
+	select {
+	case <-renewing:
+	case <-ctx.Done():
+	}
 }
 
-// releaseAfter releases the handle hold of lease in the background once renewing, a renewal on
-// its way, is answered (for at most the cleanup timeout): kept until floor when that is still
-// ahead, as Release does.
-func (c *Client) releaseAfter(renewing <-chan struct{}, lease driver.Lease, hold string, floor time.Time) {
-	if !c.inBackground(false) {
-		c.letGo(lease, hold, floor)
+// letGo releases, in the background, the handle hold of a hold that ended with the store's
+// answers still owed, once renewing is answered (awaitRenewal): kept until floor when that is
+// still ahead (keeper).
+func (c *Client) letGo(renewing <-chan struct{}, lease driver.Lease, hold string, floor time.Time) {
+	if c.now().Before(floor) {
+		c.keepInBackground(renewing, lease, hold, floor, false)
 		return
 	}
-	go func() {
-		defer c.background.Done()
-		t := time.NewTimer(c.cleanupTimeout)
-		select {
-		case <-renewing:
-		case <-t.C:
-		}
-		t.Stop()
-		lease.Holds = 1 // this hold's, as a last handle's release counts it (releaseAtFloor)
-		c.letGo(lease, hold, floor)
-	}()
+	c.undo(renewing, lease, hold)
 }
 
 // release ends one hold in the store within ctx: an attempt whose outcome is unknown is tried
@@ -106,14 +96,15 @@ func (c *Client) release(ctx context.Context, lease driver.Lease, hold string) (
 			break
 		}
 	}
-	c.undo(lease, hold)
+	c.undo(nil, lease, hold)
 	return false, err
 }
 
 // undo ends a hold in the store in the background, for at most the cleanup timeout: an
-// acquisition that may have taken the lock but was not handed out, or a release not confirmed
-// in time. A hold the store does not have is done. The outcome goes to the observer.
-func (c *Client) undo(lease driver.Lease, hold string) {
+// acquisition that may have taken the lock but was not handed out, a release not confirmed in
+// time, or a lost hold's, after renewing, the renewal on its way (nil for none; see
+// awaitRenewal). A hold the store does not have is done. The outcome goes to the observer.
+func (c *Client) undo(renewing <-chan struct{}, lease driver.Lease, hold string) {
 	k := holdKey{name: lease.Name, permit: lease.Limit > 0}
 	c.mu.Lock()
 	closed := c.closed
@@ -144,6 +135,7 @@ func (c *Client) undo(lease driver.Lease, hold string) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
 		defer cancel()
+		awaitRenewal(ctx, renewing)
 		err := c.releaseHold(ctx, lease, hold)
 		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err, Owner: lease.Owner})
 	}()

@@ -132,7 +132,7 @@ func (c *Client) Close() error {
 		case c.now().Before(floor):
 			// A minimum hold still running keeps the name taken until it ends.
 			for _, lc := range handles {
-				c.keepInBackground(lease, lc.id, floor, true)
+				c.keepInBackground(renewing, lease, lc.id, floor, true)
 			}
 		default:
 			c.releaseAll(lease, handles, renewing)

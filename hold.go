@@ -17,8 +17,9 @@ type keeper interface {
 	// holdEnded takes an ended hold out of the Client's map and off the watchdog.
 	holdEnded(h *hold)
 	// letGo releases, in the background, the handle hold of a hold lost while the store may
-	// still have it; a minimum hold that ends at floor keeps the name taken until then.
-	letGo(lease driver.Lease, hold string, floor time.Time)
+	// still have it, once renewing (the renewal on its way, or nil) is answered; a minimum
+	// hold that ends at floor keeps the name taken until then.
+	letGo(renewing <-chan struct{}, lease driver.Lease, hold string, floor time.Time)
 	// watchLoss asks the backend to push word of a loss of lease (driver.LossWatcher).
 	watchLoss(lease driver.Lease, lost func(error)) (stop func())
 }
@@ -342,7 +343,7 @@ func (h *hold) loseHandles(reason error, closing bool) []*lockContext {
 	// of one of its handles must not, or it would end in the store a lock kept for its
 	// minimum hold.
 	h.settled = expired || closing
-	handles := h.end()
+	handles, renewing := h.end(), h.renewing
 	h.mu.Unlock()
 	h.off()
 	for _, lc := range handles {
@@ -360,7 +361,7 @@ func (h *hold) loseHandles(reason error, closing bool) []*lockContext {
 		// A minimum hold still running keeps the name taken until it ends.
 		lease, floor := h.lease(), h.floor()
 		for _, lc := range handles {
-			h.k.letGo(lease, lc.id, floor)
+			h.k.letGo(renewing, lease, lc.id, floor)
 		}
 	}
 	return handles

@@ -273,7 +273,9 @@ func (l *Lock) Release(ctx context.Context) error {
 			// this one's, and cut that Client's lock short. The release follows the renewal, in
 			// the background.
 			err := fmt.Errorf("%w: the release waits, in the background, for the renewal on its way: %w", ErrUnavailable, context.Cause(ctx))
-			l.c.releaseAfter(renewing, h.lease(), l.hold, floor)
+			lease := h.lease()
+			lease.Holds = 1 // this hold's, as a last handle's release counts it (releaseAtFloor)
+			l.c.letGo(renewing, lease, l.hold, floor)
 			l.c.emit(Event{Kind: EventReleased, Name: h.name, Token: h.token, Duration: l.c.now().Sub(h.obtained), Err: err, Owner: h.owner, Context: ctx, Lost: lost})
 			return err
 		}

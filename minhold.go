@@ -112,17 +112,19 @@ var keepWaits = [...]time.Duration{10 * time.Millisecond, 100 * time.Millisecond
 
 // keepInBackground ends, in the background, a hold that ended before floor with no caller to
 // wait for it — lost at its deadline or its cap, or its Client closing (closing: Close calls
-// it before it waits for the background) — as releaseAtFloor does: its lock is trusted no
-// more, but its name stays taken until floor.
-func (c *Client) keepInBackground(lease driver.Lease, hold string, floor time.Time, closing bool) {
+// it before it waits for the background) — as releaseAtFloor does, once renewing, the renewal
+// on its way, is answered (awaitRenewal): its lock is trusted no more, but its name stays
+// taken until floor.
+func (c *Client) keepInBackground(renewing <-chan struct{}, lease driver.Lease, hold string, floor time.Time, closing bool) {
 	if !c.inBackground(closing) {
-		c.undo(lease, hold)
+		c.undo(renewing, lease, hold)
 		return
 	}
 	go func() {
 		defer c.background.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
 		defer cancel()
+		awaitRenewal(ctx, renewing)
 		if err := c.keepUntil(ctx, lease, hold, floor, true); err != nil {
 			c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err, Owner: lease.Owner})
 		}

@@ -355,7 +355,7 @@ func (c *Client) attempt(ctx context.Context, r *request, queue driver.Queue) (*
 		_, _ = c.release(rctx, lease, hold)
 		cancel()
 	case err != nil && mayHaveTaken(err):
-		c.undo(lease, hold)
+		c.undo(nil, lease, hold)
 		if r.fresh {
 			r.owner = newOwner()
 		}
