@@ -423,11 +423,16 @@ func (c *Client) grant(r *request, holdID string, start time.Time, g driver.Gran
 		}
 	}
 	if h != nil {
-		c.mu.Unlock()
+		// Entered under the Client's mu, as Close takes the holds to release under it: a hold
+		// that Close ends has this handle's hold in the store among them, or the grant sees
+		// the Client closed.
 		l := &Lock{c: c, h: h, hold: holdID, count: g.Count}
 		l.lctx.init(r.vctx, h, holdID)
-		if !h.enter(&l.lctx, r.s.ttl, r.s.floor(sent)) {
-			// Ended since it was looked up: this grant's hold went with it.
+		entered := h.enter(&l.lctx, r.s.ttl, r.s.floor(sent))
+		c.mu.Unlock()
+		if !entered {
+			// Lost since it was looked up (its deadline passed, or the store said so): the
+			// attempt undoes this grant's hold (mayHaveTaken).
 			return nil, h.err()
 		}
 		return l, nil
