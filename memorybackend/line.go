@@ -22,6 +22,9 @@ func (s *Store) handOver(e *entry, now time.Time) {
 		e.lockLine = e.lockLine[1:]
 		e.lock = s.newHolder(w.req, 1, now)
 		e.lockLast = e.lock.token
+		if s.traced != nil {
+			s.trace(e, lockOp{at: now, kind: "hand-over", owner: w.req.Owner, hold: w.req.Hold, ttl: w.req.TTL})
+		}
 		w.reply(driver.Grant{Token: e.lock.token, Count: 1}, nil, now)
 	}
 	if h := e.lock; h != nil {
@@ -29,7 +32,11 @@ func (s *Store) handOver(e *entry, now time.Time) {
 			if w.req.Owner != h.owner {
 				return false
 			}
-			w.reply(enter(h, w.req, 1, now), nil, now)
+			g := enter(h, w.req, 1, now)
+			if s.traced != nil {
+				s.trace(e, lockOp{at: now, kind: "hand-over", owner: w.req.Owner, hold: w.req.Hold, ttl: w.req.TTL})
+			}
+			w.reply(g, nil, now)
 			return true
 		})
 	}

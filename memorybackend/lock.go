@@ -16,7 +16,12 @@ import (
 // takeLock makes one attempt at the lock for req, at now; s.mu is held. A one-attempt request
 // takes a free lock whatever the line (the line is never left waiting behind a free lock:
 // settle hands it over first).
-func (s *Store) takeLock(e *entry, req driver.Request, now time.Time) (driver.Grant, error) {
+func (s *Store) takeLock(e *entry, req driver.Request, now time.Time) (g driver.Grant, err error) {
+	if s.traced != nil {
+		defer func() {
+			s.trace(e, lockOp{at: now, kind: "take", owner: req.Owner, hold: req.Hold, ttl: req.TTL, err: err})
+		}()
+	}
 	switch h := e.lock; {
 	case h == nil:
 		e.lock = s.newHolder(req, 1, now)
@@ -52,7 +57,12 @@ func enter(h *holder, req driver.Request, weight int, now time.Time) driver.Gran
 }
 
 // renewLock renews the lock for lease at now; s.mu is held.
-func (s *Store) renewLock(e *entry, lease driver.Lease, now time.Time) error {
+func (s *Store) renewLock(e *entry, lease driver.Lease, now time.Time) (err error) {
+	if s.traced != nil {
+		defer func() {
+			s.trace(e, lockOp{at: now, kind: "renew", owner: lease.Owner, ttl: lease.TTL, refresh: lease.Refresh, holds: lease.Holds, err: err})
+		}()
+	}
 	h := e.lock
 	if h == nil || h.owner != lease.Owner || (lease.Token != 0 && h.token != lease.Token) {
 		return fmt.Errorf("%w: memorybackend: %q is not this owner's lock", driver.ErrNotHeld, lease.Name)
@@ -71,7 +81,10 @@ func extend(h *holder, lease driver.Lease, now time.Time) {
 }
 
 // releaseLock ends hold of the lock for lease; s.mu is held. It returns the holds left.
-func (s *Store) releaseLock(e *entry, lease driver.Lease, hold string, fx *effects) (int, error) {
+func (s *Store) releaseLock(e *entry, lease driver.Lease, hold string, fx *effects) (n int, err error) {
+	if s.traced != nil {
+		defer func() { s.trace(e, lockOp{at: time.Now(), kind: "release", owner: lease.Owner, hold: hold, err: err}) }()
+	}
 	h := e.lock
 	if h == nil || h.owner != lease.Owner || (lease.Token != 0 && h.token != lease.Token) {
 		return 0, fmt.Errorf("%w: memorybackend: %q is not this owner's lock", driver.ErrNotHeld, lease.Name)

@@ -74,6 +74,10 @@ type sim struct {
 
 	ops atomic.Int64
 
+	// lockOps is what the store did with locks (Store.traced), for the dump; the store's mu
+	// guards it.
+	lockOps []lockOp
+
 	mu       sync.Mutex // guards what follows
 	log      []simEntry
 	live     map[*fencelock.Lock]*simHandle
@@ -104,6 +108,32 @@ func (e simEntry) String() string {
 		return fmt.Sprintf("%v store %s", e.at, e.text)
 	}
 	return fmt.Sprintf("%v w%d %s", e.at, e.worker, e.text)
+}
+
+// String is op as the dump shows it: "take l2 by o hold h ttl 1s: ok; holder o token 7 count 2 for 990ms".
+func (op lockOp) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s by %.12s", op.kind, op.name, op.owner)
+	if op.hold != "" {
+		fmt.Fprintf(&b, " hold %s", op.hold)
+	}
+	if op.ttl > 0 {
+		fmt.Fprintf(&b, " ttl %v", op.ttl)
+	}
+	if op.refresh {
+		fmt.Fprintf(&b, " refresh of %d holds", op.holds)
+	}
+	if op.err != nil {
+		fmt.Fprintf(&b, ": %v", op.err)
+	} else {
+		b.WriteString(": ok")
+	}
+	if op.holder == "" {
+		b.WriteString("; free")
+	} else {
+		fmt.Fprintf(&b, "; holder %.12s token %d count %d for %v", op.holder, op.token, op.count, op.expires.Sub(op.at))
+	}
+	return b.String()
 }
 
 // simHandle is a lock handle a worker holds: what the checkers need of it.
@@ -235,6 +265,7 @@ func runSim(t *testing.T, cfg simConfig) (log []string, ops int64) {
 			s.gate.trace = new([]string)
 		}
 		s.store.gate = s.gate.enter
+		s.store.traced = func(op lockOp) { s.lockOps = append(s.lockOps, op) }
 		s.store.issued = func(name string, token int64) {
 			if name == simElection {
 				s.mu.Lock()
@@ -303,10 +334,21 @@ var simFindingName = regexp.MustCompile(`(?:lock|permit|rw|leader)[ /](\w+)`)
 // name of the first finding. s.mu is held.
 func (s *sim) dump(t *testing.T, name string) {
 	end := s.firstAt
+	var lines []simEntry
 	for _, e := range s.log {
 		if e.at >= end-5*time.Second && e.at <= end && strings.Contains(e.text, " "+name+" ") {
-			t.Log(e)
+			lines = append(lines, e)
 		}
+	}
+	// What the store did with the name meanwhile, merged in: the run is over, the store idle.
+	for _, op := range s.lockOps {
+		if at := op.at.Sub(simEpoch); op.name == name && at >= end-5*time.Second && at <= end {
+			lines = append(lines, simEntry{at: at, worker: -1, text: op.String()})
+		}
+	}
+	slices.SortStableFunc(lines, func(a, b simEntry) int { return cmp.Compare(a.at, b.at) })
+	for _, e := range lines {
+		t.Log(e)
 	}
 	if s.gate.trace == nil {
 		return
@@ -324,10 +366,56 @@ func (s *sim) dump(t *testing.T, name string) {
 func (s *sim) newClient(i int) {
 	b := s.store.Backend()
 	b.now = s.clocks[i] // the process's clock: its Elapsed is measured on it
-	c := fencelock.New(b, fencelock.WithClock(s.clocks[i]), fencelock.WithObserver(func(e fencelock.Event) {}))
+	var mu sync.Mutex
+	gaveUp := map[string]bool{} // owners whose clean-up the closed Client could not do
+	c := fencelock.New(b, fencelock.WithClock(s.clocks[i]), fencelock.WithObserver(func(e fencelock.Event) {
+		switch {
+		case e.Kind == fencelock.EventCleanup && errors.Is(e.Err, fencelock.ErrClosed):
+			mu.Lock()
+			gaveUp[e.Owner] = true
+			mu.Unlock()
+		case e.Kind == fencelock.EventNotObtained && errors.Is(e.Err, fencelock.ErrClosed) && !strings.HasPrefix(e.Owner, "shared-"):
+			mu.Lock()
+			left := gaveUp[e.Owner]
+			mu.Unlock()
+			if !left {
+				s.checkLeftNothing(e.Name, e.Owner, e.Err)
+			}
+		}
+	}))
 	s.clientsMu.Lock()
 	s.clients[i], s.backends[i] = c, b
 	s.clientsMu.Unlock()
+}
+
+// checkLeftNothing checks that the store holds nothing of name for owner, a call's own owner
+// that the call's Client, closed meanwhile, failed with ErrClosed: what the store granted it
+// (the lock came to it in line) was released before the call returned, or the name would be
+// held by no one until its TTL ran out.
+func (s *sim) checkLeftNothing(name, owner string, err error) {
+	s.store.mu.Lock()
+	now := time.Now()
+	class := ""
+	if e := s.store.names[name]; e != nil {
+		if p := permitOf(e, owner); p != nil && now.Before(p.expires) {
+			class = "permit"
+		}
+		if e.lock != nil && e.lock.owner == owner && now.Before(e.lock.expires) {
+			class = "lock"
+		}
+	}
+	s.store.mu.Unlock()
+	if class == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for l := range s.live {
+		if l.Owner() == owner {
+			return // a re-entry: the owner's first hold keeps it, and Close releases that
+		}
+	}
+	s.flag("%s/%s: a call that failed with ErrClosed left its owner %.6s holding it: %v", class, name, owner, err)
 }
 
 // replaceClient makes client i anew if it is still c, and reports whether it did.
@@ -1049,6 +1137,10 @@ var simRegressions = map[uint64]string{
 	// - a Refresh's deadline counted from its answer, not its send (5d2b4ca): 1007;
 	// - a Refresh whose caller's holds were counted before it claimed the renewal (c768043):
 	//   1120.
+	// Seed 1000 also met, about once in 60 replays under load, a lost hold's undo that reached
+	// the store before the Refresh it had on its way, which then cut short a lock the same
+	// Client kept for its minimum hold (eaac701; TestMinHoldKeptBesideALostHoldsRefresh is its
+	// deterministic form).
 	1000: "renewals that shorten whatever holds; a retried release that ends another hold",
 	1002: "an unknown shorter Refresh keeping the old deadline",
 	1007: "a Refresh's deadline counted from its answer",

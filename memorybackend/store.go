@@ -29,6 +29,34 @@ type Store struct {
 	// issued, when set, is told each token the store grants, under mu: the simulation checks
 	// that a leader read was one the store made.
 	issued func(name string, token int64)
+	// traced, when set, is told each operation on a lock, under mu: the simulation's dump
+	// shows what the store did with the name of a finding.
+	traced func(op lockOp)
+}
+
+// lockOp is one operation on a lock, as traced: what was asked, what came of it, and the
+// holder after it (owner "" when the lock is free).
+type lockOp struct {
+	at          time.Time
+	kind, name  string // take, hand-over, renew, release, drop
+	owner, hold string
+	ttl         time.Duration
+	refresh     bool
+	holds       int // a renewal's driver.Lease.Holds
+	err         error
+	holder      string
+	token       int64
+	count       int
+	expires     time.Time
+}
+
+// trace tells traced of op on e's lock, with the holder as it is now; s.mu is held.
+func (s *Store) trace(e *entry, op lockOp) {
+	op.name = e.name
+	if h := e.lock; h != nil {
+		op.holder, op.token, op.count, op.expires = h.owner, h.token, h.count(), h.expires
+	}
+	s.traced(op)
 }
 
 // New returns an empty Store.
@@ -156,6 +184,9 @@ var (
 func (s *Store) dropLock(e *entry, fx *effects, why error) {
 	h := e.lock
 	e.lock = nil
+	if s.traced != nil {
+		s.trace(e, lockOp{at: time.Now(), kind: "drop", owner: h.owner, token: h.token, err: why})
+	}
 	s.lost(e, h.owner, fx, why)
 	for w := range e.released {
 		fx.wakes = append(fx.wakes, w)
