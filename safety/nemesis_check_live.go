@@ -14,6 +14,11 @@ const (
 	cleanupTimeout = 2 * time.Second
 	// liveSlack is checker k's allowance for a loaded machine.
 	liveSlack = time.Second
+	// closedSlack is its allowance after a call that failed as its Client closed: it released
+	// what it was granted before it returned, and only a reader that lags (a ZooKeeper
+	// follower) may see the name held a little longer. The live TTLs (liveMaxTTL) are shorter
+	// than liveSlack: a leftover of such a call would otherwise always be excused.
+	closedSlack = 250 * time.Millisecond
 )
 
 // (k) A live name is held for no one when a probe finds it held (one attempt refused, and
@@ -24,12 +29,17 @@ const (
 // TTL, plus the Client's cleanup timeout, plus liveSlack. A correct backend frees a name by
 // then: a key its holder no longer renews expires with its TTL, and one that a call whose
 // context ended may have left is undone by the Client within the cleanup timeout (its
-// EventCleanup says when), or by the Backend soon after. A holder nothing in the history names
-// (an owner no call reported) is left alone, and counted.
+// EventCleanup says when), or by the Backend soon after. A call that failed because its Client
+// closed while it waited (class closed) knows its outcome: it released what the store granted
+// it before it returned, so when it is the last thing its owner did, the bound is closedSlack
+// alone, unless the Client said it could not clean up (an EventCleanup with ErrClosed). A
+// holder nothing in the history names (an owner no call reported) is left alone, and counted.
 func (h *nemesisHistory) checkHeldForNone(v *nemesisVerdict) {
 	type nameOwner struct{ name, owner string }
 	spans := map[nameOwner][]interval{} // when each owner's handles and calls may have kept its hold
 	workers := map[nameOwner][]int{}
+	closedAt := map[nameOwner]int64{} // the return of its last call that failed as its Client closed
+	gaveUp := map[nameOwner]bool{}    // a clean-up of it that the closed Client could not do
 	longest := map[string]time.Duration{}
 	ends := map[[2]int64]int64{} // per handle: the last event of it
 	closes := map[int][]interval{}
@@ -52,6 +62,12 @@ func (h *nemesisHistory) checkHeldForNone(v *nemesisVerdict) {
 		}
 		k := nameOwner{e.Name, e.Owner}
 		from, end := e.Start, e.Ret
+		switch {
+		case e.K == "fail" && e.Class == "closed":
+			closedAt[k] = max(closedAt[k], e.Ret)
+		case e.K == "cleanup" && e.Class == "closed":
+			gaveUp[k] = true
+		}
 		if e.K == "cleanup" {
 			// Its call's owner may be another (the Client takes a new one after an undo), and
 			// when it began is not told: from the start.
@@ -87,6 +103,10 @@ func (h *nemesisHistory) checkHeldForNone(v *nemesisVerdict) {
 				continue
 			}
 			d := h.unexcused(spans[k], workers[k], p.Name, p.Start)
+			bound := bound
+			if at := closedAt[k]; at > 0 && at < p.Start && !gaveUp[k] && lastEnd(spans[k], p.Start) == at {
+				bound = closedSlack // its last call released what it was granted
+			}
 			if d <= bound {
 				v.Excused++
 				continue
@@ -95,6 +115,17 @@ func (h *nemesisHistory) checkHeldForNone(v *nemesisVerdict) {
 				p.Name, holder.Owner, holder.Tok, workers[k], d.Round(time.Millisecond), bound)
 		}
 	}
+}
+
+// lastEnd returns the latest end of spans that began before at.
+func lastEnd(spans []interval, at int64) int64 {
+	var end int64
+	for _, s := range spans {
+		if s.From <= at {
+			end = max(end, s.To)
+		}
+	}
+	return end
 }
 
 // unexcused returns how long before at nothing excused an owner's holding name: not its

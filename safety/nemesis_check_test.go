@@ -41,6 +41,12 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 	live := func(w int, k, owner string, start, ret int) nemEvent {
 		return nemEvent{W: w, K: k, Op: "live", L: 0, Name: livePrefix + "x", Owner: owner, TTL: time.Second, Start: ms(start), Ret: ms(ret), Class: "ctx"}
 	}
+	// closedFail is a call on a live name that failed at ret as its Client closed.
+	closedFail := func(w int, owner string, ret int) nemEvent {
+		e := live(w, "fail", owner, 0, ret)
+		e.Class = "closed"
+		return e
+	}
 	probe := func(w int, owner string, at int) nemEvent {
 		return nemEvent{W: w, K: "probe", Name: livePrefix + "x", Start: ms(at), Ret: ms(at + 2), Holders: []nemHolder{{Owner: owner, Tok: 7}}}
 	}
@@ -166,6 +172,10 @@ func TestNemesisCheckersOnHistories(t *testing.T) {
 				Faults: []faultRecord{{Kind: "pause-server", From: ms(1000), To: ms(4000), Worker: -1}, {Kind: "cut", From: ms(1000), To: ms(6000), Worker: 2}}},
 			nemesisHistory{Backend: "zk", Events: []nemEvent{live(0, "fail", "z", 0, 3), probe(1, "z", 7000)},
 				Faults: []faultRecord{{Kind: "pause-server", From: ms(1000), To: ms(4000), Worker: -1}}}},
+		{chkHeldForNone, // a call that failed as its Client closed released its grant: held 1.6 s after it is not excused
+			nemesisHistory{Backend: "redis", Events: []nemEvent{closedFail(0, "z", 100), probe(1, "z", 1700)}},
+			nemesisHistory{Backend: "redis", Events: []nemEvent{closedFail(0, "z", 100), probe(1, "z", 300), // within closedSlack
+				closedFail(0, "y", 100), {W: 0, K: "cleanup", Name: livePrefix + "x", Owner: "y", Ret: ms(100), Class: "closed"}, probe(1, "y", 1700)}}},
 		{chkHeldForNone, // a handle is excused until its last event, and a Close of its worker that it was open for
 			nemesisHistory{Backend: "zk", Events: []nemEvent{{W: 0, K: "grant", Op: "live", L: 1, Name: livePrefix + "x", Owner: "h", Tok: 7, TTL: time.Second, Start: 0, Ret: ms(5)},
 				{W: 0, K: "done", L: 1, Name: livePrefix + "x", Owner: "h", Tok: 7, Ret: ms(100)}, {W: 0, K: "close", Start: ms(100), Ret: ms(200)}, probe(1, "h", 5000)}},

@@ -21,7 +21,8 @@ const (
 // live lock, or an Acquire or a TryAcquire of a live semaphore, with a context that ends within
 // 0 to 5 ms two times in three (its request then often in flight), else within 20 ms to 1 s;
 // when it gets one, it idles up to 300 ms and releases it, or, one time in forty, closes the
-// worker's Client while it holds it and goes on with a new one. After half the steps it probes
+// worker's Client while it holds it (and another call of that Client waits behind it, which
+// the lock then comes to after the Client closed) and goes on with a new one. After half the steps it probes
 // a live name: one attempt, and when that finds the name held, Inspect says by whom, which
 // checker k weighs against what every worker believed and had in flight.
 func (w *nemesisWorker) liveThread(th int) {
@@ -50,7 +51,9 @@ func (w *nemesisWorker) liveThread(th int) {
 			w.out.emit(nemEvent{K: "state", Th: th, State: "holding"})
 			time.Sleep(idle)
 			if closing {
+				waiting := w.waitBehind(name, sem, ttl)
 				w.reopen() // and no Release after: a program that closes its Client is done
+				<-waiting
 			} else {
 				w.out.emit(nemEvent{K: "state", Th: th, State: "releasing"})
 				w.release(lock, h, release)
@@ -63,6 +66,31 @@ func (w *nemesisWorker) liveThread(th int) {
 		time.Sleep(pause)
 	}
 	w.out.emit(nemEvent{K: "state", Th: th, State: "idle"})
+}
+
+// waitBehind starts a call of the worker's Client on name, held by the live thread, and returns
+// once it waits in line behind that hold (or ended, or a second passed) a channel closed when
+// the call has returned. Closed then, the Client releases the thread's hold, the lock comes to
+// the waiting call, which fails with ErrClosed and must release it before it returns (checker
+// k: a closed call's owner holding the name after that is held for no one).
+func (w *nemesisWorker) waitBehind(name string, sem bool, ttl time.Duration) <-chan struct{} {
+	inLine, done := make(chan struct{}, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), inLineKey{}, inLine), time.Second)
+		defer cancel()
+		if lock, h, _ := w.liveTake(ctx, name, sem, false, ttl); lock != nil {
+			w.release(lock, h, time.Second)
+		}
+	}()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-inLine:
+	case <-done:
+	case <-t.C:
+	}
+	return done
 }
 
 // liveName draws a live name: a lock's, or a semaphore's where the backend keeps them.

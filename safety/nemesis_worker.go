@@ -159,6 +159,13 @@ func (w *nemesisWorker) newClient() *fencelock.Client {
 			if t, ok := e.Context.Value(callTagKey{}).(*callTag); ok {
 				t.set(e.Owner, e.Token, time.Now().Add(-e.Duration))
 			}
+		case fencelock.EventWaiting:
+			if ch, ok := e.Context.Value(inLineKey{}).(chan struct{}); ok {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
 		case fencelock.EventCleanup:
 			// What an acquisition that was not handed out may have left, or a release not
 			// confirmed in time, under this owner: undone (or not) by now.
@@ -185,6 +192,10 @@ type callTag struct {
 }
 
 type callTagKey struct{}
+
+// inLineKey is the key of a channel a call's context may carry: the observer sends to it
+// (without waiting) when the call begins to wait behind another holder.
+type inLineKey struct{}
 
 // tagCall returns ctx tagged with a new callTag.
 func tagCall(ctx context.Context) (context.Context, *callTag) {
