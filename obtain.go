@@ -348,16 +348,19 @@ func (c *Client) attempt(ctx context.Context, r *request, queue driver.Queue) (*
 		r.held = true
 	}
 	c.reached(ctx, r, err)
-	switch lease := (driver.Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token, Limit: r.limit, NoMeta: r.s.meta == ""}); {
-	case err == errGrantedClosed:
-		// No background is left to undo it in: released here, within the call's slack.
-		rctx, cancel := afterCall(ctx)
-		_, _ = c.release(rctx, lease, hold)
-		cancel()
-	case err != nil && mayHaveTaken(err):
-		c.undo(nil, lease, hold)
-		if r.fresh {
-			r.owner = newOwner()
+	if err != nil {
+		lease := driver.Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token, Limit: r.limit, NoMeta: r.s.meta == ""}
+		switch {
+		case err == errGrantedClosed:
+			// No background is left to undo it in: released here, within the call's slack.
+			rctx, cancel := afterCall(ctx)
+			_, _ = c.release(rctx, lease, hold)
+			cancel()
+		case mayHaveTaken(err):
+			c.undo(nil, lease, hold)
+			if r.fresh {
+				r.owner = newOwner()
+			}
 		}
 	}
 	return lock, err
