@@ -105,7 +105,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant
 	switch {
 	case token == 0:
 		var err error
-		if token, count, err = b.fence(ctx, req, r, r.ownerLockGone(q), timeout); err != nil {
+		if token, count, err = b.fence(ctx, req, r, timeout); err != nil {
 			b.undo(ctx, req, b.all, timeout)
 			return driver.Grant{}, err
 		}
@@ -174,19 +174,6 @@ func (b *Backend) acquireRound(ctx context.Context, req driver.Request, proposal
 	return r, pending
 }
 
-// ownerLockGone reports whether a majority answered that the owner's lock from before this
-// acquisition was not there: they granted it as a first hold, or another owner holds it. Holds
-// of that lock left on other nodes then belong to a lock that was lost.
-func (r *acquireRound) ownerLockGone(q int) bool {
-	gone := 0
-	for i, rep := range r.replies {
-		if r.answered[i] && (!rep.granted || rep.count == 1) {
-			gone++
-		}
-	}
-	return gone >= q
-}
-
 // quorumth returns the q-th greatest of counts: what a majority of q nodes keep at least.
 func quorumth(counts []int, q int) int {
 	sorted := slices.Clone(counts)
@@ -210,7 +197,6 @@ func (r *acquireRound) mayHold() []int {
 type agreement struct {
 	token  int64 // 0: none; a token round makes one
 	count  int   // the hold count a majority keeps
-	kept   bool  // the token is the lock's from before this acquisition, not the proposal
 	others []int // the granting nodes whose lock does not carry the token
 }
 
@@ -229,14 +215,14 @@ func (r *acquireRound) agree(q int, proposal int64) agreement {
 		for k, i := range voters {
 			counts[k] = r.replies[i].count
 		}
-		a = agreement{token: token, count: quorumth(counts, q), kept: true}
+		a = agreement{token: token, count: quorumth(counts, q)}
 	case len(fresh) >= q:
 		a = agreement{token: proposal, count: 1}
 	default:
 		return agreement{}
 	}
 	for i, rep := range r.replies {
-		if r.counts[i] && (rep.token != a.token || (!a.kept && rep.count != 1)) {
+		if r.counts[i] && rep.token != a.token {
 			a.others = append(a.others, i)
 		}
 	}
@@ -314,10 +300,9 @@ func (b *Backend) heldRemaining(r *acquireRound) time.Duration {
 // round read, and at least the greatest server clock read then; a round that meets a counter
 // at or beyond it takes that counter plus one and writes again. Each write waits, on its node,
 // for the acquisition's acquire call there (the owner's flight before it), so that the lock
-// exists there when the write records the token in it. anew: the owner's lock from before was
-// not on a majority, and its holds go (see fence.lua); otherwise they stay, since they may be
-// live holds of the same owner in another process.
-func (b *Backend) fence(ctx context.Context, req driver.Request, r *acquireRound, anew bool, timeout time.Duration) (int64, int, error) {
+// exists there when the write records the token in it. The owner's other holds there stay
+// (see fence.lua).
+func (b *Backend) fence(ctx context.Context, req driver.Request, r *acquireRound, timeout time.Duration) (int64, int, error) {
 	var token int64
 	for i, rep := range r.replies {
 		if r.answered[i] {
@@ -347,7 +332,7 @@ func (b *Backend) fence(ctx context.Context, req driver.Request, r *acquireRound
 			}
 			ctx, cancel := sendContext(ctx, timeout)
 			defer cancel()
-			return writeToken(ctx, nd, keys, req, arg, retention, anew)
+			return writeToken(ctx, nd, keys, req, arg, retention)
 		}, func(rep reply[tokenWrite]) bool {
 			switch {
 			case rep.err != nil:
@@ -387,14 +372,9 @@ type tokenWrite struct {
 	beyond  int64 // not written: the counter that was at or beyond the token
 }
 
-// writeToken runs fence.lua on one node. anew drops the holds of the owner's lock there other
-// than req's (see fence.lua).
-func writeToken(ctx context.Context, nd *node, keys []string, req driver.Request, token string, retention int64, anew bool) (tokenWrite, error) {
-	drop := "0"
-	if anew {
-		drop = "1"
-	}
-	v, err := redisconn.Int64s(nd.c.Eval(ctx, fenceScript, keys, req.Owner, token, retention, req.Hold, drop))
+// writeToken runs fence.lua on one node.
+func writeToken(ctx context.Context, nd *node, keys []string, req driver.Request, token string, retention int64) (tokenWrite, error) {
+	v, err := redisconn.Int64s(nd.c.Eval(ctx, fenceScript, keys, req.Owner, token, retention, req.Hold))
 	if err != nil {
 		return tokenWrite{}, err
 	}
@@ -409,10 +389,8 @@ func writeToken(ctx context.Context, nd *node, keys []string, req driver.Request
 
 // writeBack makes the granting nodes that disagree with the majority's token carry it, so that
 // every node names the lock alike (Inspect, a renewal's take-back and a later reentrant grant
-// read it): a lock kept from before takes its token (record.lua); one whose token is this
-// acquisition's proposal takes it as a new lock, with this hold alone: a majority granted it as
-// a first hold, so holds there from before belong to a lock that was not on a majority. It is
-// best effort: the token stands on the majority.
+// read it); their holds stay as they are (see fence.lua). It is best effort: the token stands
+// on the majority.
 func (b *Backend) writeBack(ctx context.Context, req driver.Request, a agreement, timeout time.Duration) {
 	ctx, cancel := cleanupContext(ctx, timeout)
 	defer cancel()
@@ -420,11 +398,7 @@ func (b *Backend) writeBack(ctx context.Context, req driver.Request, a agreement
 	arg := strconv.FormatInt(a.token, 10)
 	retention := max(b.retention, req.TTL).Milliseconds()
 	fanOut(ctx, b, a.others, 0, decide, func(ctx context.Context, nd *node) (struct{}, error) {
-		if a.kept {
-			_, err := nd.c.Eval(ctx, recordScript, keys, req.Owner, arg, retention)
-			return struct{}{}, err
-		}
-		_, err := writeToken(ctx, nd, keys, req, arg, retention, true)
+		_, err := nd.c.Eval(ctx, recordScript, keys, req.Owner, arg, retention)
 		return struct{}{}, err
 	}, func(reply[struct{}]) bool { return false })
 }

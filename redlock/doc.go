@@ -100,14 +100,14 @@
 // and that node would grant the owner's next acquisition as a second hold of the old one. When
 // the nodes disagree, the acquisition waits for the others as long as they could still make a
 // majority for one token; failing that, it takes a new token (by the proposal or a token
-// round). When a majority answered without the owner's lock from before (they granted a first
-// hold, or another owner holds it), that lock was lost, and the nodes that kept it drop its
-// holds. Otherwise its holds stay, under the new token: they may be live holds of the same
-// owner in another process, on a majority this acquisition could not confirm (a node that
-// answered late). A process holding one of them keeps the old token, so its fenced writes are
-// refused from then on, but no other owner takes the lock while those holds last. Likewise, a
-// release deletes the lock on a node that still keeps it for the owner only once a majority
-// answered that it is free.
+// round). The holds the nodes keep stay, under the new token, whatever the acquisition saw:
+// they may be live holds of the same owner in another process, on a majority this acquisition
+// could not confirm (a node that answered late), or made by that process's acquisition landing
+// on the nodes between this one's acquire calls and its token writes. A process holding one of
+// them keeps the old token, so its fenced writes are refused from then on, but no other owner
+// takes the lock while those holds last, and its release still ends its hold. Holds of a lock
+// that was lost, kept on a node that a release did not reach, go when a release that a
+// majority answered as free deletes the lock on the nodes that still keep it for the owner.
 //
 // What this guarantees: no two acquisitions get a majority to store the same token (two
 // majorities share a node, and the second write there finds the counter at the token already),

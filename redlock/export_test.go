@@ -9,3 +9,7 @@ func WithoutClockTokens() Option { return func(b *Backend) { b.timeTokens = fals
 // operation returns once a majority decided) have ended, for tests that need every node to
 // show an operation's outcome. Nothing else may use the Backend meanwhile.
 func (b *Backend) Settle() { b.calls.Wait() }
+
+// FenceScript is the SHA1 and the source of fence.lua, for a test's hook that holds the token
+// round's writes back.
+var FenceScript = [2]string{fenceScript.Hash(), fenceScript.Source()}

@@ -1,7 +1,8 @@
--- Records the token of a lock that a majority of nodes agree on, on one node that granted a
--- reentrant acquisition with another token (it had lost the key and took it afresh, or its
--- token write was lost): the owner's lock here takes the token, its holds stay as they are,
--- and the fence counter is raised to the token if it is below.
+-- Records the token of a lock that a majority of nodes agree on, on one node that granted the
+-- acquisition with another token (it had lost the key and took it afresh, its token write was
+-- lost, or it kept an old lock of the owner that a release did not reach): the owner's lock
+-- here takes the token, its holds stay as they are, and the fence counter is raised to the
+-- token if it is below.
 -- KEYS[1] the lock hash, KEYS[2] the fence counter (same hash tag)
 -- ARGV[1] owner ID, ARGV[2] the token, ARGV[3] the counter's retention in ms
 -- Returns 1 when the token is recorded, 0 when the owner does not hold the lock here.

@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -414,5 +415,133 @@ func TestTokenRoundKeepsTheHoldsOfAnotherProcess(t *testing.T) {
 		}
 		t.Fatalf("another owner's TryObtain while the first process's hold is valid for %v more: %v, want a HeldError",
 			time.Until(long.ValidUntil()).Round(time.Millisecond), err)
+	}
+}
+
+// Two processes of one owner take a free lock at once, and neither can confirm a token (the
+// fence counters are ahead of the proposals). The first saw a first hold on every node and
+// makes the lock anew in a token round, but the second's acquisition lands on the nodes
+// between that process's acquire calls and its token writes: the second process holds the
+// lock too, with a token of its own round. The first round's writes must keep that hold, or
+// the first process's release frees the name and another owner takes it while the second
+// process's hold is valid for seconds more.
+func TestTokenRoundKeepsAHoldThatLandedAfterItsAcquire(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	_, as := startNodes(t, 3)
+	gate := newScriptGate(redlock.FenceScript)
+	gated := dial(t, as)
+	for _, c := range gated {
+		c.(*redis.Client).AddHook(gate)
+	}
+	// The first's token writes wait at the gate within its node timeout.
+	first := newBackend(t, gated, redlock.WithNodeTimeout(5*time.Second))
+	second := newBackend(t, dial(t, as))
+	other := newBackend(t, dial(t, as))
+	direct := dial(t, as)
+	for _, b := range []*redlock.Backend{first, second, other} {
+		if _, err := b.Inspect(ctx, "warm-up"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := "at-once-across-processes"
+	key := first.Key(name)
+	ahead := time.Now().UnixMicro() + 1e12 // above every proposal: each acquisition takes a round
+	for _, c := range direct {
+		if err := c.(*redis.Client).Set(ctx, key+":fence", ahead, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := driver.Request{Name: name, Owner: "shared", Hold: "first", TTL: 10 * time.Second}
+	type result struct {
+		g   driver.Grant
+		err error
+	}
+	firstDone := make(chan result, 1)
+	go func() {
+		g, err := first.Acquire(ctx, req)
+		firstDone <- result{g, err}
+	}()
+	gate.waitHeld(t, len(as)) // the first's acquire calls are done; its token writes wait
+	req2 := req
+	req2.Hold = "second"
+	g2, err := second.Acquire(ctx, req2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate.open()
+	r1 := <-firstDone
+	if r1.err != nil {
+		t.Fatal(r1.err)
+	}
+	first.Settle()
+	second.Settle()
+	left, err := first.Release(ctx, driver.Lease{Name: name, Owner: req.Owner, TTL: req.TTL, Token: r1.g.Token}, req.Hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := other.Acquire(ctx, driver.Request{Name: name, Owner: "other", Hold: "o", TTL: 10 * time.Second})
+	var held *driver.HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("another owner's acquisition after the first process released (%d holds left), while the second's hold (token %d, the first's %d) is valid: %+v, %v; want a HeldError",
+			left, g2.Token, r1.g.Token, g, err)
+	}
+	// The second process's release frees the name, though the first's round gave the lock a
+	// later token than the second's grant carries.
+	if left, err := second.Release(ctx, driver.Lease{Name: name, Owner: req.Owner, TTL: req.TTL, Token: g2.Token}, req2.Hold); err != nil || left != 0 {
+		t.Fatalf("the second process's release: %d left, %v; want 0", left, err)
+	}
+	second.Settle()
+	if got := owners(direct, key); !slices.Equal(got, make([]string, len(as))) {
+		t.Fatalf("owners after both released: %q", got)
+	}
+}
+
+// scriptGate holds back a client's calls of one script until it is opened, and counts those
+// it holds.
+type scriptGate struct {
+	script [2]string // SHA1 and source
+	arrive chan struct{}
+	opened chan struct{}
+	once   sync.Once
+}
+
+func newScriptGate(script [2]string) *scriptGate {
+	return &scriptGate{script: script, arrive: make(chan struct{}, 64), opened: make(chan struct{})}
+}
+
+func (g *scriptGate) open() { g.once.Do(func() { close(g.opened) }) }
+
+// waitHeld waits until n calls are held.
+func (g *scriptGate) waitHeld(t *testing.T, n int) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for range n {
+		select {
+		case <-g.arrive:
+		case <-timeout:
+			t.Fatalf("script calls held: fewer than %d in 10s", n)
+		}
+	}
+}
+
+func (g *scriptGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *scriptGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (g *scriptGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && (args[1] == g.script[0] || args[1] == g.script[1]) {
+			select {
+			case <-g.opened:
+			default:
+				g.arrive <- struct{}{}
+				select {
+				case <-g.opened:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		return next(ctx, cmd)
 	}
 }
