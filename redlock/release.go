@@ -33,7 +33,7 @@ func (b *Backend) Release(ctx context.Context, lease driver.Lease, hold string) 
 	n, q := len(b.nodes), b.quorum
 	keys := []string{b.Key(lease.Name)}
 	counts := make([]int, n)
-	var answered, notHeld, freed int // freed: nodes that answered the owner holds no hold there
+	var answered, notHeld, freed int // freed: nodes that answered the owner holds no lock there
 	var failed []*NodeError
 	fl := b.flights.get(lease.Name, lease.Owner)
 	tail := &releaseTail{kept: make([]bool, n)}
@@ -59,8 +59,8 @@ func (b *Backend) Release(ctx context.Context, lease driver.Lease, hold string) 
 		if r.v < 0 {
 			notHeld++
 		}
-		if r.v <= 0 {
-			freed++
+		if r.v == 0 || r.v == -1 {
+			freed++ // not -2: the owner holds a later lock there
 		}
 		// Decided once the nodes still to answer cannot change the outcome: usually at the
 		// majority, since the nodes agree. They disagree while another client of the same

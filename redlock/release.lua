@@ -5,9 +5,10 @@
 -- internal/redislayer; the channel is KEYS[1] .. ':released', in the lock's slot)
 -- ARGV[4] the token of the hold's grant, or '0' for whatever lock the owner holds
 -- Returns the hold count left (0: the lock is free here), -1 when the owner does not hold the
--- lock here, or holds a later one without this hold (a token above the hold's: the hold of a
--- lock lost and taken again by its owner is not in the new one; a token not written yet, 0, is
--- no later one). A hold that is in a lock with a later token is released: another process of
+-- lock here, -2 when it holds a later one without this hold (a token above the hold's: the
+-- hold of a lock lost and taken again by its owner is not in the new one; a token not written
+-- yet, 0, is no later one). The later lock is not free: it may hold another process's holds
+-- of the owner. A hold that is in a lock with a later token is released: another process of
 -- the owner gave the lock a new token while it held it (see fence.lua). A hold released
 -- already leaves the count unchanged, so a retried release is harmless.
 local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'h:' .. ARGV[2], 'token')
@@ -17,7 +18,7 @@ end
 local n = tonumber(h[2])
 if not h[3] then
   if ARGV[4] ~= '0' and tonumber(h[4] or '0') > tonumber(ARGV[4]) then
-    return -1
+    return -2
   end
   return n
 end
