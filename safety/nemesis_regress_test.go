@@ -85,10 +85,15 @@ var nemesisRegressions = []struct {
 	// Found in a busy full run of December 2026.
 	{"ZooKeeper: a Refresh witnessed the node the Backend remembered for its owner, an earlier one an undo had just removed, and said not held of a held lock (664359c)",
 		"zookeeper", 949577486, 10 * time.Second, "k: 2 in a full run beside two busy loops; replays: g: 1 in 1 of 3"},
+	// Found in 60 s runs of December 2026 (docs/SAFETY.md).
+	{"Redlock: two processes of a shared owner obtained at once; one's token round dropped the holds the other's acquisition had just made, and its release freed the name under them (c24c684)",
+		"redlock-3", 550178521, 60 * time.Second, "c: 3, in about one 60 s run in four to six"},
+	{"Redlock: a release took 'the owner holds a later lock here' for free, and deleted the lock where another process's re-entry held it (b44dda8)",
+		"redlock-3", 848510692, 60 * time.Second, "c: 12, in 1 of 3 runs on c24c684"},
 }
 
-// The seeds of the holes the nemesis found, each replayed for 10 to 40 s: in the long suite, or with
-// FENCELOCK_NEMESIS_REGRESSION=1 (8 minutes together, too long for the short suite).
+// The seeds of the holes the nemesis found, each replayed for 10 to 60 s: in the long suite, or with
+// FENCELOCK_NEMESIS_REGRESSION=1 (10 minutes together, too long for the short suite).
 func TestNemesisRegression(t *testing.T) {
 	if ok, _ := strconv.ParseBool(os.Getenv("FENCELOCK_NEMESIS_REGRESSION")); !ok && !full {
 		t.Skip("long suite only (FENCELOCK_SAFETY_FULL=1), or FENCELOCK_NEMESIS_REGRESSION=1")
