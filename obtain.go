@@ -309,6 +309,9 @@ func (c *Client) attempt(ctx context.Context, r *request, queue driver.Queue) (*
 		hold = string(strconv.AppendUint(append(buf[:0], c.holdPrefix...), c.holdSeq.Add(1), 36))
 	}
 	req := driver.Request{Name: r.name, Owner: r.owner, Hold: hold, TTL: r.s.ttl + r.s.lockDelay, Meta: r.s.meta, Limit: r.limit, Weight: r.s.weight}
+	if !r.fresh {
+		req.Token = c.liveToken(r)
+	}
 	start := c.now()
 	var g driver.Grant
 	var err error
@@ -382,6 +385,18 @@ func mayHaveTaken(err error) bool {
 		return false
 	}
 	return true
+}
+
+// liveToken returns the token of the owner's hold of r's name while the Client trusts it, for
+// a re-entry's request (driver.Request.Token); 0 when it holds none.
+func (c *Client) liveToken(r *request) int64 {
+	c.mu.Lock()
+	h := c.held[holdKey{r.name, r.owner, r.limit > 0}]
+	c.mu.Unlock()
+	if h == nil || h.valid() != nil {
+		return 0
+	}
+	return h.token
 }
 
 // errGrantedClosed is a grant that arrived after the Client closed (a call that waited in

@@ -187,6 +187,12 @@ type Request struct {
 	// backend then fails with an error matching ErrUpgrade. The permit takes as many as the
 	// largest of its holds asked for, so that releasing the largest gives the difference back.
 	Weight int
+	// Token, when positive, is the token of the owner's lock that the caller holds and trusts
+	// valid as it sends the request: the request re-enters that lock. A backend that cannot
+	// always confirm a lock's token on a re-entry (Redlock, when a node answers late) may take
+	// it for the lock's instead of making a new one, as long as it knows that no greater token
+	// was handed out; others ignore it.
+	Token int64
 	// Waiting, when set, is called by Queue.AcquireQueued, at most once and on the calling
 	// goroutine, when the request begins to wait behind another holder (its first attempt
 	// did not get the lock), and only then. The Client tells its observer (EventWaiting), and

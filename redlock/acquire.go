@@ -100,7 +100,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant
 		return driver.Grant{}, fmt.Errorf("%w: %q: a majority granted it after %v, TTL %v", ErrValidityExpired, req.Name, elapsed.Round(time.Microsecond), req.TTL)
 	}
 
-	a := r.agree(q, proposal)
+	a := r.agree(q, proposal, req.Token)
 	token, count := a.token, a.count
 	switch {
 	case token == 0:
@@ -205,19 +205,26 @@ type agreement struct {
 // lock, with that token and no greater fence counter: a node that alone kept an old lock of
 // the owner (a release did not reach it) must not bring its token back, since other owners may
 // have taken the lock on the other nodes since, with greater tokens. A first acquisition has
-// its token when a majority stored the proposal. Anything else takes a token round.
-func (r *acquireRound) agree(q int, proposal int64) agreement {
+// its token when a majority stored the proposal. A re-entry whose caller holds the lock with
+// a token (known, see driver.Request.Token) keeps it when no granting node has a fence
+// counter or a token above it: the granting nodes are a majority, and every token handed out
+// is on a majority, so none above it was. Anything else takes a token round.
+func (r *acquireRound) agree(q int, proposal, known int64) agreement {
 	token, voters, fresh := r.tally(proposal)
 	var a agreement
 	switch {
 	case len(voters) >= q:
-		counts := make([]int, len(voters))
-		for k, i := range voters {
-			counts[k] = r.replies[i].count
-		}
-		a = agreement{token: token, count: quorumth(counts, q)}
+		a = agreement{token: token, count: r.keptCount(voters, q)}
 	case len(fresh) >= q:
 		a = agreement{token: proposal, count: 1}
+	case known > 0 && r.noneAbove(known, proposal):
+		var granting []int
+		for i := range r.replies {
+			if r.counts[i] {
+				granting = append(granting, i)
+			}
+		}
+		a = agreement{token: known, count: r.keptCount(granting, q)}
 	default:
 		return agreement{}
 	}
@@ -227,6 +234,27 @@ func (r *acquireRound) agree(q int, proposal int64) agreement {
 		}
 	}
 	return a
+}
+
+// keptCount is the hold count a majority of the nodes idx keep.
+func (r *acquireRound) keptCount(idx []int, q int) int {
+	counts := make([]int, len(idx))
+	for k, i := range idx {
+		counts[k] = r.replies[i].count
+	}
+	return quorumth(counts, q)
+}
+
+// noneAbove reports whether no granting node had a fence counter or a token above token
+// before this acquisition (a first hold's token that is the proposal is this acquisition's).
+func (r *acquireRound) noneAbove(token, proposal int64) bool {
+	for i, rep := range r.replies {
+		ours := rep.count == 1 && rep.token == proposal
+		if r.counts[i] && (rep.counter > token || rep.token > token && !ours) {
+			return false
+		}
+	}
+	return true
 }
 
 // tally returns the token that most granting nodes keep the owner's lock from before with, and

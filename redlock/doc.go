@@ -99,16 +99,18 @@
 // the owner's old lock, other owners may take the lock on the other nodes with greater tokens,
 // and that node would grant the owner's next acquisition as a second hold of the old one. When
 // the nodes disagree, the acquisition waits for the others as long as they could still make a
-// majority for one token; failing that, it takes a new token (by the proposal or a token
-// round). The holds the nodes keep stay, under the new token, whatever the acquisition saw:
-// they may be live holds of the same owner in another process, on a majority this acquisition
-// could not confirm (a node that answered late), or made by that process's acquisition landing
-// on the nodes between this one's acquire calls and its token writes. A process holding one of
-// them keeps the old token, so its fenced writes are refused from then on, but no other owner
-// takes the lock while those holds last, and its release still ends its hold. Holds of a lock
-// that was lost, kept on a node that a release did not reach, go when a release that a
-// majority answered as free deletes the lock on the nodes that still keep it for the owner; a
-// node where the owner holds a later lock, without the released hold, is not free.
+// majority for one token; failing that, it keeps the token of the lock its caller holds
+// (driver.Request.Token) when no granting node's fence counter or token is above it, and
+// otherwise takes a new token (by the proposal or a token round). The holds the nodes keep
+// stay, under the new token, whatever the acquisition saw: they may be live holds of the same
+// owner in another process, on a majority this acquisition could not confirm (a node that
+// answered late), or made by that process's acquisition landing on the nodes between this one's
+// acquire calls and its token writes. A process holding one of them keeps the old token, so its
+// fenced writes are refused from then on, but no other owner takes the lock while those holds
+// last, and its release still ends its hold. Holds of a lock that was lost, kept on a node that
+// a release did not reach, go when a release that a majority answered as free deletes the lock
+// on the nodes that still keep it for the owner; a node where the owner holds a later lock,
+// without the released hold, is not free.
 //
 // What this guarantees: no two acquisitions get a majority to store the same token (two
 // majorities share a node, and the second write there finds the counter at the token already),

@@ -558,3 +558,65 @@ func (g *scriptGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return next(ctx, cmd)
 	}
 }
+
+// A re-entry in the process that holds the lock, when a node that keeps the lock fails and one
+// that never had it grants a first hold: no majority shows the lock's token, but the Client
+// passes the token of the lock it holds (driver.Request.Token), and the nodes' counters show
+// that no greater token was handed out, so the re-entry keeps it. A token round would have made
+// a new one and ended the holder's first handle as lost. With a greater counter on the
+// granting nodes, the token it passed is not taken.
+func TestReentryKeepsTheTokenItHolds(t *testing.T) {
+	for _, ahead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("counters ahead %v", ahead), func(t *testing.T) {
+			ctx := ctxTimeout(t, 60*time.Second)
+			_, as := startNodes(t, 3)
+			proxies := make([]*testserver.Proxy, len(as))
+			via := make([]string, len(as))
+			for i, a := range as {
+				proxies[i] = testserver.StartProxy(t, a)
+				via[i] = proxies[i].Addr
+			}
+			b := newBackend(t, dial(t, via, noRetries), redlock.WithNodeTimeout(200*time.Millisecond))
+			c := newLocker(t, b)
+			name := "reentry"
+			if _, err := c.Inspect(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+			opts := []fencelock.Option{fencelock.WithOwner("o"), fencelock.WithTTL(30 * time.Second), fencelock.WithWatchdog(false)}
+			proxies[2].Cut() // the lock is on nodes 0 and 1
+			first, err := c.TryObtain(ctx, name, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Settle()
+			proxies[2].Restore()
+			if ahead {
+				for _, d := range dial(t, as) {
+					if err := d.(*redis.Client).Set(ctx, b.Key(name)+":fence", first.Token()+1000, 0).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			proxies[1].Cut() // node 0 grants a second hold, node 2 a first one
+			second, err := c.TryObtain(ctx, name, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ahead {
+				if second.Token() != first.Token() {
+					t.Fatalf("the re-entry's token %d, the lock's %d", second.Token(), first.Token())
+				}
+				if err := first.Valid(); err != nil {
+					t.Fatalf("the first handle after the re-entry: %v", err)
+				}
+				return
+			}
+			if second.Token() <= first.Token()+1000 {
+				t.Fatalf("the re-entry's token %d is not above the counters %d", second.Token(), first.Token()+1000)
+			}
+			if err := first.Valid(); !errors.Is(err, fencelock.ErrLost) {
+				t.Fatalf("the first handle, whose token is below the re-entry's: %v, want ErrLost", err)
+			}
+		})
+	}
+}
