@@ -70,7 +70,7 @@ func (c *Client) letGo(renewing <-chan struct{}, lease driver.Lease, hold string
 		c.keepInBackground(renewing, lease, hold, floor, false)
 		return
 	}
-	c.undo(renewing, lease, hold)
+	c.undoOrLeave(renewing, lease, hold)
 }
 
 // release ends one hold in the store within ctx: an attempt whose outcome is unknown is tried
@@ -96,7 +96,7 @@ func (c *Client) release(ctx context.Context, lease driver.Lease, hold string) (
 			break
 		}
 	}
-	c.undo(nil, lease, hold)
+	c.undoOrLeave(nil, lease, hold)
 	return false, err
 }
 
@@ -104,7 +104,9 @@ func (c *Client) release(ctx context.Context, lease driver.Lease, hold string) (
 // acquisition that may have taken the lock but was not handed out, a release not confirmed in
 // time, or a lost hold's, after renewing, the renewal on its way (nil for none; see
 // awaitRenewal). A hold the store does not have is done. The outcome goes to the observer.
-func (c *Client) undo(renewing <-chan struct{}, lease driver.Lease, hold string) {
+// Once the Client has closed, nothing runs in the background: undo does nothing and reports
+// false (see undoOrLeave).
+func (c *Client) undo(renewing <-chan struct{}, lease driver.Lease, hold string) bool {
 	k := holdKey{name: lease.Name, permit: lease.Limit > 0}
 	c.mu.Lock()
 	closed := c.closed
@@ -119,8 +121,7 @@ func (c *Client) undo(renewing <-chan struct{}, lease driver.Lease, hold string)
 	}
 	c.mu.Unlock()
 	if closed {
-		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Err: ErrClosed, Owner: lease.Owner})
-		return
+		return false
 	}
 	go func() {
 		defer c.background.Done()
@@ -139,6 +140,23 @@ func (c *Client) undo(renewing <-chan struct{}, lease driver.Lease, hold string)
 		err := c.releaseHold(ctx, lease, hold)
 		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err, Owner: lease.Owner})
 	}()
+	return true
+}
+
+// undoOrLeave is undo, but once the Client has closed, the hold is left to expire with its
+// TTL, and the observer hears of a clean-up that failed with ErrClosed.
+func (c *Client) undoOrLeave(renewing <-chan struct{}, lease driver.Lease, hold string) {
+	if !c.undo(renewing, lease, hold) {
+		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Err: ErrClosed, Owner: lease.Owner})
+	}
+}
+
+// releaseNow ends, within the call's slack (afterCall), a hold that a call of a Client that
+// closed during it may have taken: no background is left to undo it in.
+func (c *Client) releaseNow(ctx context.Context, lease driver.Lease, hold string) {
+	rctx, cancel := afterCall(ctx)
+	defer cancel()
+	_, _ = c.release(rctx, lease, hold)
 }
 
 // releaseHold ends one hold in the store for clean-up, within ctx: a few tries, spaced out,

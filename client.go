@@ -102,9 +102,10 @@ func New(b Backend, opts ...ClientOption) *Client {
 // left there would be held for no one until the Backend closed. A hold whose release does not
 // succeed within the cleanup timeout is left to expire with its TTL, or with the Backend's
 // session. Close does not close the Backend, which may serve other Clients. A call in flight
-// when Close begins goes on until its context ends or the store answers; it then fails with
-// ErrClosed, and a lock the store granted it meanwhile is released before it returns. Close is
-// idempotent.
+// when Close begins goes on until its context ends or the store answers, and hands out no
+// lock: one the store granted it meanwhile, or may have granted it (a call whose answer was
+// lost), is released before it returns, and it fails with ErrClosed, or with the error of the
+// lost answer. Close is idempotent.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil

@@ -1,12 +1,15 @@
 package fencelock_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/memorybackend"
 )
 
@@ -51,4 +54,57 @@ func TestCloseDuringWaitLeavesNoLock(t *testing.T) {
 		}
 		_ = next.Release(ctx)
 	})
+}
+
+// A TryObtain whose outcome the Client cannot know (the store granted it, the answer was
+// lost) when its Client closed during the call: the Client undoes such a grant in the
+// background, but a closed Client has none. The call must release it itself, or the name is
+// held for no one for the lock's TTL.
+func TestCloseDuringAnUnansweredAcquireLeavesNoLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memorybackend.New()
+		late := &answerLost{Backend: store.Backend(), granted: make(chan struct{}), answer: make(chan struct{})}
+		b, c := fencelock.New(late), fencelock.New(store.Backend())
+		defer c.Close()
+		ctx := t.Context()
+		got := make(chan error, 1)
+		go func() {
+			l, err := b.TryObtain(ctx, "x", fencelock.WithTTL(30*time.Second))
+			if err == nil {
+				_ = l.Release(ctx)
+			}
+			got <- err
+		}()
+		<-late.granted
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		close(late.answer)
+		if err := <-got; !errors.Is(err, fencelock.ErrUnavailable) {
+			t.Fatalf("the call whose answer was lost: %v, want ErrUnavailable", err)
+		}
+		synctest.Wait()
+		next, err := c.TryObtain(ctx, "x")
+		if err != nil {
+			info, _ := c.Inspect(ctx, "x")
+			t.Fatalf("after the call returned, the name is not free: %v (held %v by %.8s for %v more)", err, info.Held, info.Owner, info.Remaining)
+		}
+		_ = next.Release(ctx)
+	})
+}
+
+// answerLost is a backend whose Acquire the store grants, but whose answer is lost: the call
+// returns, when told to, as one that timed out.
+type answerLost struct {
+	driver.Backend
+	granted, answer chan struct{}
+}
+
+func (b *answerLost) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if _, err := b.Backend.Acquire(ctx, req); err != nil {
+		return driver.Grant{}, err
+	}
+	close(b.granted)
+	<-b.answer
+	return driver.Grant{}, fmt.Errorf("%w: the answer was lost", driver.ErrUnavailable)
 }

@@ -117,7 +117,7 @@ var keepWaits = [...]time.Duration{10 * time.Millisecond, 100 * time.Millisecond
 // taken until floor.
 func (c *Client) keepInBackground(renewing <-chan struct{}, lease driver.Lease, hold string, floor time.Time, closing bool) {
 	if !c.inBackground(closing) {
-		c.undo(renewing, lease, hold)
+		c.undoOrLeave(renewing, lease, hold)
 		return
 	}
 	go func() {

@@ -355,12 +355,11 @@ func (c *Client) attempt(ctx context.Context, r *request, queue driver.Queue) (*
 		lease := driver.Lease{Name: r.name, Owner: r.owner, TTL: r.s.ttl, Token: g.Token, Limit: r.limit, NoMeta: r.s.meta == ""}
 		switch {
 		case err == errGrantedClosed:
-			// No background is left to undo it in: released here, within the call's slack.
-			rctx, cancel := afterCall(ctx)
-			_, _ = c.release(rctx, lease, hold)
-			cancel()
+			c.releaseNow(ctx, lease, hold)
 		case mayHaveTaken(err):
-			c.undo(nil, lease, hold)
+			if !c.undo(nil, lease, hold) {
+				c.releaseNow(ctx, lease, hold) // the Client closed during the call
+			}
 			if r.fresh {
 				r.owner = newOwner()
 			}
