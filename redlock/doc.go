@@ -108,9 +108,11 @@
 // acquire calls and its token writes. A process holding one of them keeps the old token, so its
 // fenced writes are refused from then on, but no other owner takes the lock while those holds
 // last, and its release still ends its hold. Holds of a lock that was lost, kept on a node that
-// a release did not reach, go when a release that a majority answered as free deletes the lock
-// on the nodes that still keep it for the owner; a node where the owner holds a later lock,
-// without the released hold, is not free.
+// a release did not reach, stay there until their TTL: a release that a majority answered as
+// free deletes the lock on the nodes that still keep it for the owner only where no hold ID is
+// left (a node that took the key back after a restart keeps none), since a hold there may be
+// another process's whose acquisition is landing; and a node where the owner holds a later
+// lock, without the released hold, is not free.
 //
 // What this guarantees: no two acquisitions get a majority to store the same token (two
 // majorities share a node, and the second write there finds the counter at the token already),

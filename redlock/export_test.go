@@ -13,3 +13,6 @@ func (b *Backend) Settle() { b.calls.Wait() }
 // FenceScript is the SHA1 and the source of fence.lua, for a test's hook that holds the token
 // round's writes back.
 var FenceScript = [2]string{fenceScript.Hash(), fenceScript.Source()}
+
+// AcquireScript is the SHA1 and the source of acquire.lua.
+var AcquireScript = [2]string{acquireScript.Hash(), acquireScript.Source()}

@@ -3,7 +3,7 @@
 -- this acquisition's hold. Other holds of the owner here stay, whatever the acquisition saw:
 -- one may be a live hold of the same owner in another process, whose acquire call landed here
 -- after this acquisition's (TestTokenRoundKeepsAHoldThatLandedAfterItsAcquire), and one left
--- by a lost lock only keeps the key here until a release that a majority calls free drops it.
+-- by a lost lock only keeps the key here until its TTL.
 -- KEYS[1] the lock hash, KEYS[2] the fence counter (same hash tag)
 -- ARGV[1] owner ID, ARGV[2] the token, ARGV[3] the counter's retention in ms,
 -- ARGV[4] the hold ID of the acquisition

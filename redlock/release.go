@@ -18,9 +18,11 @@ import (
 // holds: the quorum-th greatest count among the nodes. It is ErrNotHeld when a majority says
 // the owner does not hold the lock, and a *QuorumError when fewer than a majority answered.
 //
-// When a majority answered that the lock is free but a node still keeps it for the owner (a
-// node that took the key back after a restart keeps no hold IDs), that node's key is deleted
-// too.
+// When a majority answered that the lock is free but a node still keeps it for the owner with
+// a count that no hold ID stands for (a node that took the key back after a restart keeps no
+// hold IDs), that node's key is deleted too. A lock with a hold ID left is not: the hold may
+// be another process's of the same owner, whose acquisition landed there after the other nodes
+// answered (TestReleaseKeepsAnAcquisitionInFlightOfTheSameOwner); it expires with its TTL.
 func (b *Backend) Release(ctx context.Context, lease driver.Lease, hold string) (int, error) {
 	if err := b.usable(lease.Name); err != nil {
 		return 0, err
@@ -46,7 +48,7 @@ func (b *Backend) Release(ctx context.Context, lease driver.Lease, hold string) 
 		v, err := redisconn.Int64(nd.c.Eval(ctx, releaseScript, keys, lease.Owner, hold, nd.announce, lease.Token))
 		if err == nil && v > 0 && tail.keeps(nd.i) {
 			// The majority decided the lock is free before this node answered.
-			_, _ = nd.c.Eval(ctx, dropScript, keys, lease.Owner, nd.announce)
+			_, _ = nd.c.Eval(ctx, dropScript, keys, lease.Owner, nd.announce, "1")
 		}
 		return v, err
 	}, func(r reply[int64]) bool {
@@ -80,7 +82,7 @@ func (b *Backend) Release(ctx context.Context, lease driver.Lease, hold string) 
 	// Free only when a majority said so: a node that failed may keep holds of the same owner's
 	// other processes, which must not be dropped from the node that has them.
 	if stale := tail.decide(freed >= q); len(stale) > 0 {
-		b.drop(ctx, lease.Name, lease.Owner, stale, timeout)
+		b.drop(ctx, lease.Name, lease.Owner, stale, true, timeout)
 	}
 	return left, nil
 }
@@ -149,9 +151,14 @@ func (t *releaseTail) decide(free bool) []int {
 	return stale
 }
 
-// drop deletes the lock on the nodes idx where owner holds it, on a fresh context bounded by
-// the node timeout, and reports on how many it did.
-func (b *Backend) drop(ctx context.Context, name, owner string, idx []int, timeout time.Duration) int {
+// drop deletes the lock on the nodes idx where owner holds it — with phantom, only where no
+// hold ID is left in it (see drop.lua) — on a fresh context bounded by the node timeout, and
+// reports on how many it did.
+func (b *Backend) drop(ctx context.Context, name, owner string, idx []int, phantom bool, timeout time.Duration) int {
+	keep := "0"
+	if phantom {
+		keep = "1"
+	}
 	if len(idx) == 0 {
 		return 0
 	}
@@ -160,7 +167,7 @@ func (b *Backend) drop(ctx context.Context, name, owner string, idx []int, timeo
 	keys := []string{b.Key(name)}
 	dropped := 0
 	fanOut(ctx, b, idx, 0, decide, func(ctx context.Context, nd *node) (int64, error) {
-		return redisconn.Int64(nd.c.Eval(ctx, dropScript, keys, owner, nd.announce))
+		return redisconn.Int64(nd.c.Eval(ctx, dropScript, keys, owner, nd.announce, keep))
 	}, func(r reply[int64]) bool {
 		if r.err == nil && r.v == 1 {
 			dropped++
@@ -187,7 +194,7 @@ func (b *Backend) ForceRelease(ctx context.Context, name string) (driver.Info, e
 	if err != nil || !v.Held {
 		return v.Info, err
 	}
-	b.drop(ctx, name, v.Owner, b.all, b.forceTimeout())
+	b.drop(ctx, name, v.Owner, b.all, false, b.forceTimeout())
 	return v.Info, nil
 }
 

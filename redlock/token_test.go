@@ -213,8 +213,18 @@ func staleKeyOfTheSameOwner(t *testing.T, clock bool) {
 		t.Fatal(err)
 	}
 	bx.Settle()
-	if got := owners(direct, key); !slices.Equal(got, make([]string, 3)) {
-		t.Fatalf("owners after the last release: %q", got)
+	// Node 2 keeps the first lock's hold, which no one releases now, until its TTL: a release
+	// does not drop a lock with a hold ID left in it, which may be another process's
+	// (TestReleaseKeepsAnAcquisitionInFlightOfTheSameOwner). The majority is free.
+	if got := owners(direct, key); !slices.Equal(got, []string{"", "", "x"}) {
+		t.Fatalf("owners after the last release: %q, want x on node 2 alone", got)
+	}
+	next, err := z.TryObtain(ctx, name, fencelock.WithTTL(10*time.Second), fencelock.WithWatchdog(false))
+	if err != nil {
+		t.Fatalf("another owner after the last release: %v", err)
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -618,5 +628,79 @@ func TestReentryKeepsTheTokenItHolds(t *testing.T) {
 				t.Fatalf("the first handle, whose token is below the re-entry's: %v, want ErrLost", err)
 			}
 		})
+	}
+}
+
+// One process of a shared owner releases while another's acquisition of the same lock is in
+// flight: the acquisition has made its hold on one node, and its call to another has not
+// landed yet. The release hears "free" from the node of its own hold alone and from the node
+// the acquisition has not reached, and the count of the acquisition's hold from the third. It
+// must not clear that node as one that keeps the lock with no hold anyone can release: the
+// acquisition then lands on the other node, and holds the lock on a majority, so another
+// owner must be refused.
+func TestReleaseKeepsAnAcquisitionInFlightOfTheSameOwner(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	_, as := startNodes(t, 3)
+	var proxies [2][]*testserver.Proxy
+	var vias [2][]string
+	for p := range proxies {
+		for _, a := range as {
+			px := testserver.StartProxy(t, a)
+			proxies[p], vias[p] = append(proxies[p], px), append(vias[p], px.Addr)
+		}
+	}
+	first := newBackend(t, dial(t, vias[0], noRetries))
+	gate := newScriptGate(redlock.AcquireScript)
+	late := dial(t, vias[1], noRetries)
+	// The second's acquire call to node 2 waits at the gate within its node timeout.
+	second := newBackend(t, late, redlock.WithNodeTimeout(5*time.Second))
+	other := newBackend(t, dial(t, as))
+	for _, b := range []*redlock.Backend{first, second, other} {
+		if _, err := b.Inspect(ctx, "warm-up"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	late[2].(*redis.Client).AddHook(gate)
+	name := "release-beside-an-acquisition"
+	req := driver.Request{Name: name, Owner: "shared", Hold: "first", TTL: 10 * time.Second}
+	proxies[0][2].Cut() // the first process holds the lock on nodes 0 and 1
+	g1, err := first.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Settle()
+	proxies[0][2].Restore()
+	proxies[1][0].Cut() // the second reaches nodes 1 and 2 only
+	type result struct {
+		g   driver.Grant
+		err error
+	}
+	secondDone := make(chan result, 1)
+	go func() {
+		req2 := req
+		req2.Hold = "second"
+		g, err := second.Acquire(ctx, req2)
+		secondDone <- result{g, err}
+	}()
+	gate.waitHeld(t, 1) // its hold is on node 1; its call to node 2 waits
+	direct := dial(t, as)
+	waitFor(t, 10*time.Second, "the second's hold on node 1", func() bool {
+		n, err := direct[1].(*redis.Client).HGet(ctx, first.Key(name), "count").Int()
+		return err == nil && n == 2
+	})
+	if _, err := first.Release(ctx, driver.Lease{Name: name, Owner: req.Owner, TTL: req.TTL, Token: g1.Token}, req.Hold); err != nil {
+		t.Fatal(err)
+	}
+	first.Settle()
+	gate.open()
+	r2 := <-secondDone
+	if r2.err != nil {
+		t.Fatalf("the second process's acquisition: %v", r2.err)
+	}
+	g, err := other.Acquire(ctx, driver.Request{Name: name, Owner: "other", Hold: "o", TTL: 10 * time.Second})
+	var held *driver.HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("another owner's acquisition while the second process's grant (token %d, count %d) is valid: %+v, %v; want a HeldError (owners on the nodes: %q)",
+			r2.g.Token, r2.g.Count, g, err, owners(direct, first.Key(name)))
 	}
 }
