@@ -313,12 +313,7 @@ func TestPausedNodesMidAcquire(t *testing.T) {
 func TestSlowNodesEatValidity(t *testing.T) {
 	ctx := ctxTimeout(t, 60*time.Second)
 	_, as := startNodes(t, 5)
-	proxies := make([]*testserver.Proxy, len(as))
-	via := make([]string, len(as))
-	for i, a := range as {
-		proxies[i] = testserver.StartProxy(t, a)
-		via[i] = proxies[i].Addr
-	}
+	proxies, via := proxied(t, as)
 	direct := dial(t, as)
 	ttl := 100 * time.Millisecond
 	b := newBackend(t, dial(t, via), redlock.WithNodeTimeout(90*time.Millisecond))

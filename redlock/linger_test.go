@@ -111,12 +111,7 @@ func TestNodeTimeoutAboveTheLinger(t *testing.T) {
 	ctx := ctxTimeout(t, 60*time.Second)
 	_, as := startNodes(t, 3)
 	direct := dial(t, as)
-	via := make([]string, len(as))
-	proxies := make([]*testserver.Proxy, len(as))
-	for i, a := range as {
-		proxies[i] = testserver.StartProxy(t, a)
-		via[i] = proxies[i].Addr
-	}
+	proxies, via := proxied(t, as)
 	b := newBackend(t, dial(t, via), redlock.WithNodeTimeout(2*time.Second))
 	c := newLocker(t, b, fencelock.WithDefaults(fencelock.WithTTL(30*time.Second), fencelock.WithWatchdog(false)))
 	// Warm up: the nodes are seen, a connection each, and the scripts loaded, so that each call

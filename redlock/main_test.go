@@ -61,6 +61,17 @@ func dial(t testing.TB, addrs []string, tweak ...func(*redis.Options)) []redisba
 	return out
 }
 
+// proxied starts a TCP proxy to each address, and returns them with their addresses.
+func proxied(t testing.TB, addrs []string) ([]*testserver.Proxy, []string) {
+	proxies := make([]*testserver.Proxy, len(addrs))
+	via := make([]string, len(addrs))
+	for i, a := range addrs {
+		proxies[i] = testserver.StartProxy(t, a)
+		via[i] = proxies[i].Addr
+	}
+	return proxies, via
+}
+
 // noRetries makes a client fail at once on a cut connection instead of retrying it.
 func noRetries(o *redis.Options) { o.MaxRetries = -1 }
 

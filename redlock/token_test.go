@@ -37,12 +37,7 @@ func TestTokensIncreaseAcrossRandomMajorities(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctxTimeout(t, 120*time.Second)
 			_, as := startNodes(t, 5)
-			proxies := make([]*testserver.Proxy, len(as))
-			via := make([]string, len(as))
-			for i, a := range as {
-				proxies[i] = testserver.StartProxy(t, a)
-				via[i] = proxies[i].Addr
-			}
+			proxies, via := proxied(t, as)
 			// A generous node timeout: the test is about order, not speed, and the machine may
 			// be busy. The cut nodes fail at once anyway.
 			opts := []redlock.Option{redlock.WithNodeTimeout(time.Second)}
@@ -135,12 +130,7 @@ func TestTokenAboveAStaleKeyOfTheSameOwner(t *testing.T) {
 func staleKeyOfTheSameOwner(t *testing.T, clock bool) {
 	ctx := ctxTimeout(t, 60*time.Second)
 	_, as := startNodes(t, 3)
-	proxies := make([]*testserver.Proxy, len(as))
-	via := make([]string, len(as))
-	for i, a := range as {
-		proxies[i] = testserver.StartProxy(t, a)
-		via[i] = proxies[i].Addr
-	}
+	proxies, via := proxied(t, as)
 	var bopts []redlock.Option
 	if !clock {
 		bopts = append(bopts, redlock.WithoutClockTokens())
@@ -384,11 +374,8 @@ func holdsOfAnotherProcess(t *testing.T, firstReleases bool) {
 	var proxies [2][]*testserver.Proxy
 	var lockers [2]*fencelock.Client
 	for p := range proxies {
-		via := make([]string, len(as))
-		for i, a := range as {
-			proxies[p] = append(proxies[p], testserver.StartProxy(t, a))
-			via[i] = proxies[p][i].Addr
-		}
+		var via []string
+		proxies[p], via = proxied(t, as)
 		lockers[p] = newLocker(t, newBackend(t, dial(t, via, noRetries), redlock.WithNodeTimeout(200*time.Millisecond)))
 	}
 	z := newLocker(t, newBackend(t, dial(t, as)))
@@ -580,12 +567,7 @@ func TestReentryKeepsTheTokenItHolds(t *testing.T) {
 		t.Run(fmt.Sprintf("counters ahead %v", ahead), func(t *testing.T) {
 			ctx := ctxTimeout(t, 60*time.Second)
 			_, as := startNodes(t, 3)
-			proxies := make([]*testserver.Proxy, len(as))
-			via := make([]string, len(as))
-			for i, a := range as {
-				proxies[i] = testserver.StartProxy(t, a)
-				via[i] = proxies[i].Addr
-			}
+			proxies, via := proxied(t, as)
 			b := newBackend(t, dial(t, via, noRetries), redlock.WithNodeTimeout(200*time.Millisecond))
 			c := newLocker(t, b)
 			name := "reentry"
@@ -644,10 +626,7 @@ func TestReleaseKeepsAnAcquisitionInFlightOfTheSameOwner(t *testing.T) {
 	var proxies [2][]*testserver.Proxy
 	var vias [2][]string
 	for p := range proxies {
-		for _, a := range as {
-			px := testserver.StartProxy(t, a)
-			proxies[p], vias[p] = append(proxies[p], px), append(vias[p], px.Addr)
-		}
+		proxies[p], vias[p] = proxied(t, as)
 	}
 	first := newBackend(t, dial(t, vias[0], noRetries))
 	gate := newScriptGate(redlock.AcquireScript)

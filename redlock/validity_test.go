@@ -20,12 +20,7 @@ import (
 func proxiedNodes(t *testing.T, n int) ([]*testserver.Proxy, []string, []redisbackend.Client) {
 	t.Helper()
 	_, as := startNodes(t, n)
-	proxies := make([]*testserver.Proxy, n)
-	via := make([]string, n)
-	for i, a := range as {
-		proxies[i] = testserver.StartProxy(t, a)
-		via[i] = proxies[i].Addr
-	}
+	proxies, via := proxied(t, as)
 	return proxies, via, dial(t, as)
 }
 
