@@ -155,12 +155,12 @@ func (t *releaseTail) decide(free bool) []int {
 // hold ID is left in it (see drop.lua) — on a fresh context bounded by the node timeout, and
 // reports on how many it did.
 func (b *Backend) drop(ctx context.Context, name, owner string, idx []int, phantom bool, timeout time.Duration) int {
+	if len(idx) == 0 {
+		return 0
+	}
 	keep := "0"
 	if phantom {
 		keep = "1"
-	}
-	if len(idx) == 0 {
-		return 0
 	}
 	ctx, cancel := cleanupContext(ctx, timeout)
 	defer cancel()
