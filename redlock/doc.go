@@ -70,8 +70,8 @@
 //
 // Release ends one hold on every node. Hold IDs make a retried acquire or release count once,
 // per node, as on one server. The count left is what a majority still holds; when that is
-// zero, a node that still keeps the lock (one that took the key back, and so knows no hold
-// IDs) is cleared too.
+// zero, a node that still keeps the lock with no hold ID left (one that took the key back, and
+// so knows no hold IDs) is cleared too.
 //
 // Waiters subscribe to the release channel on every node, through one pub/sub connection per
 // node shared by all waiters of the Backend, and wake when any node announces a release.

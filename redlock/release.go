@@ -109,9 +109,9 @@ func decidedRelease(counts []int, unknown, notHeld, q int) bool {
 	return hi >= 0 && sorted[hi] == sorted[q-1]
 }
 
-// A releaseTail clears the nodes that still keep a lock for its owner once the majority has
-// freed it: a node that took the key back after a restart knows no hold IDs, so releasing a
-// hold there leaves its count. Release returns once a majority answered; a node that answers
+// A releaseTail clears the nodes that still keep a lock for its owner, with no hold ID left
+// (see drop.lua), once the majority has freed it: a node that took the key back after a
+// restart knows no hold IDs, so releasing a hold there leaves its count. Release returns once a majority answered; a node that answers
 // later clears itself, in its own call, when the decision is known by then.
 type releaseTail struct {
 	mu      sync.Mutex
