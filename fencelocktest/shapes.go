@@ -790,3 +790,98 @@ func (s suite) lockDelay(t *testing.T) {
 	}
 	_ = again.Release(ctx)
 }
+
+// Processes that share an owner (WithOwner) take one lock in bursts, a slot at a time so that
+// their first acquisitions meet on a free name, while a process of another owner tries to take
+// it: no grant of the other owner may be believed valid beside a hold of the shared owner. A
+// hold is believed from its grant's return until its release began or its validity ended; one
+// lost before its release is not counted, since when it learned of the loss is not known. On
+// Redlock a token round, a write-back or a release of one process dropped holds another
+// process's acquisition had just made (docs/SAFETY.md, December 2026).
+func (s suite) sharedOwnerBesideAnother(t *testing.T) {
+	ctx := bounded(t, 60*time.Second)
+	name := s.name(t)
+	const processes, slot, run = 3, 40 * time.Millisecond, 3 * time.Second
+	clients := make([]*fencelock.Client, processes+1)
+	for i := range clients {
+		clients[i] = s.client(t) // a Backend each: as many processes
+	}
+	type belief struct {
+		token      int64
+		from, till time.Time
+	}
+	var mu sync.Mutex
+	var shared, others []belief
+	hold := func(c *fencelock.Client, wait bool, keep time.Duration, to *[]belief, opts ...fencelock.Option) {
+		var l *fencelock.Lock
+		var err error
+		if wait {
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+			l, err = c.Obtain(wctx, name, opts...)
+			cancel()
+		} else {
+			l, err = c.TryObtain(ctx, name, opts...)
+		}
+		if err != nil {
+			return
+		}
+		got := time.Now()
+		time.Sleep(keep)
+		till := time.Now()
+		if v := l.ValidUntil(); v.Before(till) {
+			till = v
+		}
+		lost := l.Valid() != nil
+		_ = l.Release(ctx)
+		if !lost {
+			mu.Lock()
+			*to = append(*to, belief{l.Token(), got, till})
+			mu.Unlock()
+		}
+	}
+	began := time.Now()
+	end := began.Add(run)
+	var wg sync.WaitGroup
+	for p := range processes {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				at := began.Add(time.Duration(i)*slot + time.Duration((i*7+p*3)%10)*100*time.Microsecond)
+				if at.After(end) {
+					return
+				}
+				if time.Now().After(at) {
+					continue // the last burst took the slot
+				}
+				time.Sleep(time.Until(at))
+				var burst sync.WaitGroup
+				for k := range 1 + (i+p)%3 {
+					burst.Go(func() {
+						hold(clients[p], k%2 == 0, time.Duration(k)*time.Millisecond, &shared, fencelock.WithOwner("shared"))
+					})
+				}
+				burst.Wait()
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := 0; time.Now().Before(end); i++ {
+			hold(clients[processes], i%2 == 0, time.Millisecond, &others)
+			time.Sleep(time.Millisecond)
+		}
+	})
+	wg.Wait()
+	if len(shared) == 0 || len(others) == 0 {
+		t.Fatalf("%d grants of the shared owner and %d of the other: the run tested nothing", len(shared), len(others))
+	}
+	for _, o := range others {
+		for _, h := range shared {
+			if o.from.Before(h.till) && h.from.Before(o.till) {
+				t.Fatalf("the other owner's grant (token %d) believed valid from %v to %v, beside the shared owner's (token %d) from %v to %v",
+					o.token, o.from.Format(stamp), o.till.Format(stamp), h.token, h.from.Format(stamp), h.till.Format(stamp))
+			}
+		}
+	}
+	t.Logf("%d grants of the shared owner, %d of the other", len(shared), len(others))
+}
+
+const stamp = "15:04:05.000000"

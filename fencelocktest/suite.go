@@ -68,6 +68,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("CloseWhileWaiting", s.closeWhileWaiting)
 	t.Run("ContextEndsInFlight", s.contextEndsInFlight)
 	t.Run("OneOwnerWaitsTwice", s.oneOwnerWaitsTwice)
+	t.Run("SharedOwnerBesideAnother", s.sharedOwnerBesideAnother)
 	t.Run("MaxHold", s.maxHold)
 	t.Run("MinHold", s.minHold)
 	t.Run("ObtainAll", s.obtainAll)
