@@ -21,8 +21,8 @@ func (b *Backend) Acquire(ctx context.Context, req driver.Request) (driver.Grant
 		return g, err
 	}
 	keys := b.queueKeys(req.Name)[:3:3] // the lock, its fence counter and its line; shared, so capped
-	args := trimmed(req.Owner, b.ttlArg(req.TTL), b.retentionArg, req.Hold, req.Meta, b.form)
-	res, acked, err := b.take(ctx, acquireScript, keys, args)
+	args := trimmed(req.Owner, b.ttlArg(req.TTL), req.Hold, req.Meta)
+	res, acked, err := b.take(ctx, b.cycle.acquire, keys, args)
 	if err != nil {
 		return driver.Grant{}, err
 	}

@@ -78,7 +78,8 @@ type Backend struct {
 
 	id           string // names this Backend's grant channels (see AcquireQueued)
 	retentionArg any    // the fence retention in ms, boxed once
-	announce     any    // how the release scripts announce a release: redislayer.Announce
+	announce     any    // how the scripts off the cycle announce a release (redislayer.Announce), boxed once
+	cycle        cycleScripts
 	lastTTL      atomic.Pointer[boxedTTL]
 	keys         recent.Cache[*nameKeys] // queueKeys of the names used lately
 	watch        *releasewatch.Set
@@ -180,8 +181,10 @@ func New(c Client, opts ...Option) *Backend {
 	if b.sharded != nil {
 		sharded = *b.sharded
 	}
-	b.announce = redislayer.Announce(b.c != nil && b.c.Cluster(), sharded)
+	how := redislayer.Announce(b.c != nil && b.c.Cluster(), sharded)
+	b.announce = how
 	b.retentionArg = b.retention.Milliseconds()
+	b.cycle = newCycleScripts(how, b.retention.Milliseconds(), b.form)
 	b.id = newID()
 	b.watch = releasewatch.New(b.c, sharded)
 	b.pipe.c = b.c

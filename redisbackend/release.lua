@@ -4,10 +4,11 @@
 -- entries (see queue.lua)
 -- ARGV[1] the hold: '<token> <hold id> <owner>', which is the lock's plain form while the hold
 -- is its only one, with token 0 for whatever lock the owner holds (a clean-up of an
--- acquisition whose answer was lost); ARGV[2] how to announce a release (see announce.lua of
--- internal/redislayer), ARGV[3] fence counter retention in ms; then, each only when it or one
--- after it is not empty: ARGV[4] the hold ID, ARGV[5] 'hash' to hand the lock over as a hash
--- (WithPlainLocks(false))
+-- acquisition whose answer was lost); ARGV[2] the hold ID, only when it has white space (else
+-- it is read from ARGV[1])
+-- The Backend's settings open the script (cycleScripts in scripts.go): HOW, how to announce a
+-- release (see announce.lua of internal/redislayer), RETENTION, the fence counter retention in
+-- ms, and HASH, true to hand the lock over as a hash (WithPlainLocks(false)).
 -- The announcements go to channels in the lock's hash slot (see handover.lua).
 -- Returns the hold count left (0: the lock is no longer this owner's), -1 when the owner does
 -- not hold the lock, or holds a later one: the hold of a lock lost and taken again by its
@@ -18,6 +19,6 @@
 local v = redis.pcall('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  announce(KEYS[1], ARGV[2])
+  announce(KEYS[1], HOW)
   return 0
 end

@@ -1,5 +1,5 @@
 -- The rest of release.lua: the lock is a hash (GET failed), another plain key, or none.
-local hold = ARGV[4] or ''
+local hold = ARGV[2] or string.match(ARGV[1], '^%d+ (%S*)')
 local token = string.match(ARGV[1], '^%d+')
 local owner = string.sub(ARGV[1], #token + #hold + 3)
 -- v is release.lua's GET of the lock: a hash (the GET raised WRONGTYPE, the usual case here:
@@ -25,11 +25,11 @@ end
 redis.call('DEL', KEYS[1])
 -- The line is looked at only when a waiter joined it while this lock was held (q).
 if h[4] then
-  local err = handover(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[2], ARGV[5] == 'hash')
+  local err = handover(KEYS[1], KEYS[2], KEYS[3], KEYS[4], RETENTION, HOW, HASH)
   if err then
     return redis.error_reply(err)
   end
 else
-  announce(KEYS[1], ARGV[2])
+  announce(KEYS[1], HOW)
 end
 return 0

@@ -8,13 +8,12 @@ import _ "embed"
 //go:embed announce.lua
 var AnnounceLua string
 
-// Announce returns how releases are announced on a deployment, as the one script argument
-// that announce.lua reads, boxed once (boxing a string allocates). Under sharded pub/sub the
-// shard's server counts the listeners of a channel ("SHARDNUMSUB": SPUBLISH when it counts
-// one); without it a Cluster node counts only its own, so a Cluster without sharded pub/sub
-// always publishes ("PUBLISH"); a single server counts them ("NUMSUB": PUBLISH when it counts
-// one).
-func Announce(cluster, sharded bool) any {
+// Announce returns how releases are announced on a deployment, as announce.lua reads it.
+// Under sharded pub/sub the shard's server counts the listeners of a channel ("SHARDNUMSUB":
+// SPUBLISH when it counts one); without it a Cluster node counts only its own, so a Cluster
+// without sharded pub/sub always publishes ("PUBLISH"); a single server counts them
+// ("NUMSUB": PUBLISH when it counts one).
+func Announce(cluster, sharded bool) string {
 	switch {
 	case sharded:
 		return "SHARDNUMSUB"
