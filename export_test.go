@@ -20,3 +20,10 @@ func FireDeadlinesEarly(wait time.Duration) (restore func()) {
 	}
 	return func() { afterFunc = time.AfterFunc }
 }
+
+// WatchdogScans returns how many scans c's watchdog loop has made.
+func WatchdogScans(c *Client) int {
+	c.dog.mu.Lock()
+	defer c.dog.mu.Unlock()
+	return c.dog.scans
+}

@@ -153,12 +153,12 @@ func (h *hold) validUntil() time.Time {
 	return h.deadline
 }
 
-// due tells the watchdog when the hold is next renewed and when its loss is next watched for
-// (see watchLoss), and whether it is live.
-func (h *hold) due() (renewAt, watchAt time.Time, ok bool) {
+// due tells the watchdog when the hold is next renewed, at which interval, and when its loss
+// is next watched for (see watchLoss), and whether it is live.
+func (h *hold) due() (renewAt, watchAt time.Time, every time.Duration, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.renewAt, h.watchAt, h.phase == live
+	return h.renewAt, h.watchAt, h.every, h.phase == live
 }
 
 // pace tells the watchdog's plan when the hold is next renewed, at which interval, and whether

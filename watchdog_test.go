@@ -3,10 +3,12 @@ package fencelock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testserver"
+	"github.com/fencelock/fencelock/memorybackend"
 	"github.com/fencelock/fencelock/redisbackend"
 )
 
@@ -387,4 +390,30 @@ func TestWatchdogRenewsLockObtainedDuringTick(t *testing.T) {
 	if _, err := other.TryObtain(ctx, name); !errors.Is(err, fencelock.ErrNotObtained) {
 		t.Fatalf("another client got a lock the watchdog should have kept (holder's Valid() = %v): %v", lock.Valid(), err)
 	}
+}
+
+// A Client that takes one short lock after another leaves its watchdog asleep. Its loop often
+// scans between two locks (here always: it runs after each release, as it would while a
+// store's reply is on its way); with no hold left it planned to sleep an hour, so the next
+// hold, due an interval after its grant, woke it again: a wake-up and a scan per cycle.
+func TestWatchdogSleepsThroughOneLockAfterAnother(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		c := fencelock.New(memorybackend.New().Backend())
+		defer c.Close()
+		const cycles = 100
+		for i := range cycles {
+			l, err := c.TryObtain(ctx, "one-after-another-"+strconv.Itoa(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait() // the loop scans now, if anything woke it
+		}
+		if n := fencelock.WatchdogScans(c); n > 2 {
+			t.Fatalf("the watchdog scanned %d times in %d cycles of TryObtain and Release, with no time passing; want at most 2", n, cycles)
+		}
+	})
 }
