@@ -152,11 +152,19 @@ func (c *Client) undoOrLeave(renewing <-chan struct{}, lease driver.Lease, hold 
 }
 
 // releaseNow ends, within the call's slack (afterCall), a hold that a call of a Client that
-// closed during it may have taken: no background is left to undo it in.
+// closed during it may have taken: no background is left to undo it in. The observer hears
+// of it as of the background's clean-ups; when it fails, release has told it already
+// (undoOrLeave: ErrClosed, the lock is left to its TTL).
 func (c *Client) releaseNow(ctx context.Context, lease driver.Lease, hold string) {
 	rctx, cancel := afterCall(ctx)
 	defer cancel()
-	_, _ = c.release(rctx, lease, hold)
+	_, err := c.release(rctx, lease, hold)
+	if errors.Is(err, ErrNotHeld) {
+		err = nil
+	}
+	if err == nil || errors.Is(err, ErrInvalid) {
+		c.emit(Event{Kind: EventCleanup, Name: lease.Name, Token: lease.Token, Err: err, Owner: lease.Owner})
+	}
 }
 
 // releaseHold ends one hold in the store for clean-up, within ctx: a few tries, spaced out,

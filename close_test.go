@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -107,4 +108,60 @@ func (b *answerLost) Acquire(ctx context.Context, req driver.Request) (driver.Gr
 	close(b.granted)
 	<-b.answer
 	return driver.Grant{}, fmt.Errorf("%w: the answer was lost", driver.ErrUnavailable)
+}
+
+// The release that a call of a closed Client makes itself (above, and for a hand-over that
+// arrived after Close) is a clean-up like the background's, and the observer hears of it as
+// of those: done, or failed (ErrClosed: no background is left to try again, and the lock
+// expires by its TTL). A success was silent, so that clean-ups counted by an observer missed
+// it.
+func TestCloseDuringAnUnansweredAcquireReportsItsCleanup(t *testing.T) {
+	for _, refused := range []bool{false, true} {
+		t.Run(fmt.Sprintf("release refused %v", refused), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memorybackend.New()
+				late := &answerLost{Backend: store.Backend(), granted: make(chan struct{}), answer: make(chan struct{})}
+				var backend driver.Backend = late
+				if refused {
+					backend = releaseRefused{late}
+				}
+				var mu sync.Mutex
+				var cleanups []fencelock.Event
+				b := fencelock.New(backend, fencelock.WithObserver(func(e fencelock.Event) {
+					if e.Kind == fencelock.EventCleanup {
+						mu.Lock()
+						cleanups = append(cleanups, e)
+						mu.Unlock()
+					}
+				}))
+				ctx := t.Context()
+				got := make(chan error, 1)
+				go func() {
+					_, err := b.TryObtain(ctx, "x", fencelock.WithTTL(30*time.Second))
+					got <- err
+				}()
+				<-late.granted
+				if err := b.Close(); err != nil {
+					t.Fatal(err)
+				}
+				close(late.answer)
+				<-got
+				mu.Lock()
+				defer mu.Unlock()
+				if len(cleanups) != 1 || cleanups[0].Name != "x" {
+					t.Fatalf("clean-up events of the call: %+v, want one for x", cleanups)
+				}
+				if err := cleanups[0].Err; refused != (err != nil) {
+					t.Fatalf("the clean-up's error: %v, want an error %v", err, refused)
+				}
+			})
+		})
+	}
+}
+
+// releaseRefused is a backend whose Release fails as a store out of reach does.
+type releaseRefused struct{ driver.Backend }
+
+func (b releaseRefused) Release(ctx context.Context, lease driver.Lease, hold string) (int, error) {
+	return 0, fmt.Errorf("%w: the store is out of reach", driver.ErrUnavailable)
 }

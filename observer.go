@@ -33,9 +33,10 @@ const (
 	// EventReleased: a hold was released; Duration is how long it was held.
 	EventReleased
 	// EventCleanup: an acquisition that may have reached the store but was not handed out (its
-	// reply was lost, or came too late) was undone in the background, or a release not
-	// confirmed in time was finished there, or a hold the Client had when it closed was
-	// released; Err is set when that failed too, and the lock then expires by its TTL.
+	// reply was lost, or came too late) was undone in the background, or by the call itself
+	// when its Client closed meanwhile, or a release not confirmed in time was finished in
+	// the background, or a hold the Client had when it closed was released; Err is set when
+	// that failed too, and the lock then expires by its TTL.
 	EventCleanup
 	// EventWaiting: an Obtain (or a semaphore's Acquire) begins to wait, once per call: its
 	// first attempt found the lock held, or could not reach the store and will try again (in
