@@ -76,10 +76,10 @@ type Backend struct {
 	form      string // WithPlainLocks: "hash" when off, the scripts' argument
 	err       error  // set when the configuration is unusable; every call returns it
 
-	id           string // names this Backend's grant channels (see AcquireQueued)
-	retentionArg any    // the fence retention in ms, boxed once
-	announce     any    // how the scripts off the cycle announce a release (redislayer.Announce), boxed once
-	cycle        cycleScripts
+	id           string       // names this Backend's grant channels (see AcquireQueued)
+	retentionArg any          // the fence retention in ms, boxed once
+	announce     any          // how the scripts off the cycle announce a release, boxed once
+	cycle        cycleScripts // the cycle's scripts, with the settings in their source
 	lastTTL      atomic.Pointer[boxedTTL]
 	keys         recent.Cache[*nameKeys] // queueKeys of the names used lately
 	watch        *releasewatch.Set
