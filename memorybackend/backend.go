@@ -214,7 +214,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, req driver.Request) (g driv
 	if err := check(req); err != nil {
 		return driver.Grant{}, err
 	}
-	start, began := time.Now(), b.clock()
+	began := b.clock()
 	var waited atomic.Bool // the store put req in line: its grant is a hand-over
 	tell := req.Waiting
 	req.Waiting = func() {
@@ -224,7 +224,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, req driver.Request) (g driv
 		}
 	}
 	cerr := b.call(ctx, "queue", req.Name, func() error {
-		g, err = b.s.queued(ctx, b, req, start)
+		g, err = b.s.queued(ctx, b, req)
 		if err == nil && waited.Load() {
 			// Measured on the caller's clock, as a real backend measures it in its process:
 			// the store's clock may run at another rate.

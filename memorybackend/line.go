@@ -71,12 +71,17 @@ func (w *waiter) reply(g driver.Grant, err error, now time.Time) {
 	w.done <- grantReply{g, err}
 }
 
-// queued waits in line for req, from start, unless the first attempt takes it; b's call wraps
-// it in the Backend's faults. A wait that ctx ends, or the Backend's Close, leaves the line;
+// queued waits in line for req, unless the first attempt takes it; b's call wraps it in the
+// Backend's faults. A wait that ctx ends, or the Backend's Close, leaves the line;
 // a hand-over that came meanwhile is given back.
-func (s *Store) queued(ctx context.Context, b *Backend, req driver.Request, start time.Time) (driver.Grant, error) {
+func (s *Store) queued(ctx context.Context, b *Backend, req driver.Request) (driver.Grant, error) {
 	var fx effects
 	s.mu.Lock()
+	// The store's time now, as every operation reads it under s.mu: not when the call began,
+	// which a partition or the simulation's gate may have held up. Run at that earlier time,
+	// it handed a lock that had expired meanwhile to the next in line with an expiry already
+	// past, which the waiter, told now, trusted a whole TTL from now.
+	start := time.Now()
 	e := s.get(req.Name)
 	s.settle(e, start, &fx)
 	var g driver.Grant
